@@ -1,0 +1,79 @@
+"""Every environment variable `fast` reads, read once, here. Nothing else reads the environment.
+
+Tests change behaviour by building a `Config` and passing it (or by `override`), never by
+mutating os.environ in the middle of logic.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "")
+    try:
+        return int(raw) if raw != "" else default
+    except ValueError as error:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from error
+
+
+@dataclass(frozen=True)
+class Config:
+    """A snapshot of the configuration. Defaults match SPEC.md."""
+
+    debug: int = 0
+    lazycache: bool = True
+    split_reduceop: bool = True
+    reduceop_split_threshold: int = 32768
+    reduceop_split_size: int = 22
+    ring: int = 1
+    noopt: bool = False
+    default_device: str = "CLANG"
+    cache_dir: str = os.path.join(tempfile.gettempdir(), "fast-cache")
+    disable_compile_cache: bool = False
+    ubsan: bool = False
+    dump_ir: str = ""  # comma-separated stage names whose output is printed (see engine/realize.py)
+    cc: str = ""  # C compiler override; empty: clang if installed, else cc
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> Config:
+        """Read the configuration from a mapping shaped like os.environ."""
+        default_device = next((d for d in ("CUDA", "LLVM", "CLANG") if _int(env, d, 0)), "CLANG")
+        return Config(
+            debug=_int(env, "DEBUG", 0),
+            lazycache=bool(_int(env, "LAZYCACHE", 1)),
+            split_reduceop=bool(_int(env, "SPLIT_REDUCEOP", 1)),
+            reduceop_split_threshold=_int(env, "REDUCEOP_SPLIT_THRESHOLD", 32768),
+            reduceop_split_size=_int(env, "REDUCEOP_SPLIT_SIZE", 22),
+            ring=_int(env, "RING", 1),
+            noopt=bool(_int(env, "NOOPT", 0)),
+            default_device=default_device,
+            cache_dir=env.get("FAST_CACHE_DIR", "") or Config.cache_dir,
+            disable_compile_cache=bool(_int(env, "DISABLE_COMPILER_CACHE", 0)),
+            ubsan=bool(_int(env, "UBSAN", 0)),
+            dump_ir=env.get("DUMP_IR", ""),
+            cc=env.get("CC", ""),
+        )
+
+
+CONFIG: Config = Config.from_env(os.environ)
+
+
+def get() -> Config:
+    """The configuration in force."""
+    return CONFIG
+
+
+@contextmanager
+def override(**changes: object) -> Iterator[Config]:
+    """Temporarily replace fields of the configuration (for tests and benchmarks)."""
+    global CONFIG
+    previous = CONFIG
+    CONFIG = replace(CONFIG, **changes)  # type: ignore[arg-type]
+    try:
+        yield CONFIG
+    finally:
+        CONFIG = previous
