@@ -5,6 +5,7 @@ same name, except ``bfloat16``, which is stored as ``uint16`` bit patterns.
 """
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ import numpy.typing as npt
 
 Array = npt.NDArray[Any]
 ConstType = bool | int | float
+NpDType = np.dtype[Any]
 
 
 @dataclass(frozen=True)
@@ -25,12 +27,12 @@ class DType:
     kind: str
 
     @property
-    def np(self) -> np.dtype[Any]:
+    def np(self) -> NpDType:
         """The numpy dtype of ``to_numpy`` results (float32 for bfloat16)."""
         return np.dtype("float32" if self.name == "bfloat16" else self.name)
 
     @property
-    def storage(self) -> np.dtype[Any]:
+    def storage(self) -> NpDType:
         """The numpy dtype of the stored array (uint16 bit patterns for bfloat16)."""
         return np.dtype("uint16" if self.name == "bfloat16" else self.name)
 
@@ -38,7 +40,7 @@ class DType:
         return f"dtypes.{self.name}"
 
 
-class dtypes:
+class dtypes:  # noqa: N801 (the public name)
     """Namespace of the 13 dtypes and helpers about them."""
 
     bool = DType("bool", 1, "b")
@@ -54,37 +56,29 @@ class dtypes:
                               float16, bfloat16, float32, float64)
 
     @staticmethod
-    def is_float(dt: DType) -> bool:
+    def is_float(dt: DType) -> builtins.bool:
         """True for the four float dtypes."""
         return dt.kind == "f"
 
     @staticmethod
-    def is_int(dt: DType) -> bool:
+    def is_int(dt: DType) -> builtins.bool:
         """True for signed and unsigned integers (not bool)."""
         return dt.kind in "iu"
 
     @staticmethod
-    def is_unsigned(dt: DType) -> bool:
+    def is_unsigned(dt: DType) -> builtins.bool:
         """True for the unsigned integers."""
         return dt.kind == "u"
 
     @staticmethod
     def min(dt: DType) -> ConstType:
         """Lowest value: False, the integer minimum, or -inf."""
-        if dt.kind == "b":
-            return False
-        if dt.kind == "f":
-            return -math.inf
-        return -(1 << (8 * dt.itemsize - 1)) if dt.kind == "i" else 0
+        return False if dt.kind == "b" else -math.inf if dt.kind == "f" else int(np.iinfo(dt.storage).min)
 
     @staticmethod
     def max(dt: DType) -> ConstType:
         """Highest value: True, the integer maximum, or inf."""
-        if dt.kind == "b":
-            return True
-        if dt.kind == "f":
-            return math.inf
-        return (1 << (8 * dt.itemsize - (dt.kind == "i"))) - 1
+        return True if dt.kind == "b" else math.inf if dt.kind == "f" else int(np.iinfo(dt.storage).max)
 
     @staticmethod
     def from_numpy(np_dtype: Any) -> DType:
@@ -103,9 +97,10 @@ def bf16_to_f32(bits: Array) -> Array:
 
 def f32_to_bf16(x: Array) -> Array:
     """float32 to bfloat16 bit patterns: round to nearest even; NaN becomes 0x7fc0 with its sign."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    quiet_nan = ((bits >> 16) & 0x8000) | 0x7FC0
+    u = np.uint64  # explicit uint64 constants keep every step in uint64 (numpy 1.x casting rules)
+    bits = np.array(x, dtype=np.float32, order="C").view(np.uint32).astype(u)
+    rounded = (bits + u(0x7FFF) + ((bits >> u(16)) & u(1))) >> u(16)
+    quiet_nan = ((bits >> u(16)) & u(0x8000)) | u(0x7FC0)
     return np.where(np.isnan(x), quiet_nan, rounded).astype(np.uint16)
 
 
@@ -135,25 +130,26 @@ def wrap_int(v: int, dt: DType) -> int:
 
 
 def int_to_float(v: int, dt: DType) -> float:
-    """A Python int rounded to float dtype ``dt`` the way an int->float CAST rounds it."""
-    if -(1 << 63) <= v < (1 << 64):
-        src = np.array([v], dtype=np.int64 if v < (1 << 63) else np.uint64)
-        target = np.float64 if dt == dtypes.float64 else np.float32
-        return float(from_float(src.astype(target), dt).view(dt.storage).astype(np.float64)[0]
-                     if dt != dtypes.bfloat16 else bf16_to_f32(from_float(src.astype(target), dt))[0])
-    return float_const(math.copysign(math.inf, v), dt)
+    """A Python int rounded to float dtype ``dt`` the way an int->float CAST rounds it (RNE)."""
+    if not -(1 << 63) <= v < (1 << 64):  # beyond 64 bits: via float64 (double rounding)
+        try:
+            return float_const(float(v), dt)
+        except OverflowError:
+            return float_const(math.inf if v > 0 else -math.inf, dt)
+    src = np.array([v], dtype=np.int64 if v < (1 << 63) else np.uint64)
+    x = src.astype(np.float64 if dt == dtypes.float64 else np.float32)
+    return float(to_compute(from_float(x, dt), dt)[0])
 
 
 def float_const(v: float, dt: DType) -> float:
     """A Python float rounded to float dtype ``dt`` (float64 -> float32 -> half for halves)."""
-    arr = from_float(np.array([v], dtype=np.float64), dt)
-    return float((bf16_to_f32(arr) if dt == dtypes.bfloat16 else arr.astype(np.float64))[0])
+    return float(to_compute(from_float(np.array([v], dtype=np.float64), dt), dt)[0])
 
 
 def as_const(val: Any, dt: DType) -> ConstType:
     """Normalise a Python constant to ``dt``'s Python value (ints wrapped, floats rounded).
 
-    Floats given for an integer dtype truncate toward zero and wrap; NaN/inf give 0 (unspecified).
+    Other kinds convert as CAST does (a float for an integer dtype truncates toward zero).
     """
     if isinstance(val, np.generic):
         val = val.item()
@@ -163,6 +159,6 @@ def as_const(val: Any, dt: DType) -> ConstType:
         return bool(val)
     if dt.kind == "f":
         return int_to_float(val, dt) if isinstance(val, int) else float_const(val, dt)
-    if isinstance(val, float):
-        val = int(val) if math.isfinite(val) else 0
+    if isinstance(val, float):  # like CAST: truncate; NaN, inf and out of range give 0 (unspecified)
+        val = int(val) if math.isfinite(val) and dtypes.min(dt) <= int(val) <= dtypes.max(dt) else 0
     return wrap_int(int(val), dt)

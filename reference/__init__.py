@@ -1,0 +1,13 @@
+"""reference: the executable specification of the lazy-tensor core, op by op with numpy.
+
+Same public API as ``fast``; values follow docs/semantics.md exactly. See docs/api.md.
+"""
+from reference.dtype import DType, dtypes
+from reference.lazy import LazyBuffer, from_numpy
+from reference.multi import MultiLazyBuffer
+from reference.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from reference.realize import realize, to_numpy
+from reference.shape import Variable
+
+__all__ = ["LazyBuffer", "MultiLazyBuffer", "dtypes", "DType", "LoadOps", "UnaryOps", "BinaryOps", "TernaryOps",
+           "ReduceOps", "Variable", "from_numpy", "realize", "to_numpy"]

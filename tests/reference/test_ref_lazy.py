@@ -1,0 +1,124 @@
+"""Lazy-layer behaviour: laziness, assign ordering, CUSTOM, copies, devices, DISK rules, Variables."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ref_util import DEV, buf, op
+
+DISK = "DISK:/tmp/ref-test-disk"
+
+
+def test_building_is_lazy_and_realizing_memoises(impl):
+    a = buf(impl, [1.0, 2.0], "float32")
+    b = a.e(op(impl, "ADD"), a).e(op(impl, "SQRT"))
+    assert a.is_realized() and not b.is_realized() and b.shape == (2,) and b.size == 2
+    impl.realize(b)
+    assert b.is_realized() and b.realized is not None
+    assert impl.to_numpy(b).tolist() == impl.to_numpy(b).tolist() == [np.sqrt(np.float32(2)), 2.0]
+    impl.realize()  # nothing to do
+    impl.realize(a, b)
+
+
+def test_loadops(impl):
+    f32 = impl.dtypes.float32
+    c = impl.LazyBuffer.loadop(impl.LoadOps.CONST, (2, 2), f32, DEV, 1.5)
+    assert c.dtype == f32 and c.device == DEV and impl.to_numpy(c).tolist() == [[1.5, 1.5], [1.5, 1.5]]
+    e = impl.LazyBuffer.loadop(impl.LoadOps.EMPTY, (3,), impl.dtypes.int8, DEV)
+    got = impl.to_numpy(e)
+    assert got.shape == (3,) and got.dtype == np.int8  # contents unspecified
+
+
+def test_custom(impl):
+    a, b = buf(impl, [1.0, 2.0], "float32"), buf(impl, [3, 4], "int32")
+    calls = []
+
+    def fn(out, x, y):
+        calls.append((x.dtype, y.dtype, out.dtype))
+        out[:] = x * y + 0.5
+    c = impl.LazyBuffer.loadop(impl.LoadOps.CUSTOM, (2,), impl.dtypes.float64, DEV, arg=fn, src=(a, b))
+    assert impl.to_numpy(c).tolist() == [3.5, 8.5] and calls == [(np.float32, np.int32, np.float64)]
+    h = impl.LazyBuffer.loadop(impl.LoadOps.CUSTOM, (1,), impl.dtypes.bfloat16, DEV,
+                               arg=lambda out: out.fill(1 + 2.0**-8 + 2.0**-20))  # rounded into bfloat16
+    assert impl.to_numpy(h).tolist() == [1 + 2.0**-7]
+
+
+def test_copy_to_device(impl):
+    a = buf(impl, [[1, 2], [3, 4]], "int16")
+    for d, canon in [("CLANG:1", "CLANG:1"), ("LLVM", "LLVM"), ("CUDA:2", "CUDA:2"), ("LLVM:0", "LLVM")]:
+        c = a.copy_to_device(d)
+        assert c.device == canon and c.dtype == a.dtype and impl.to_numpy(c).tolist() == [[1, 2], [3, 4]]
+    assert impl.from_numpy(np.ones(1), "CLANG:0").device == "CLANG"
+    assert impl.to_numpy(a.copy_to_device("CLANG:0")).tolist() == [[1, 2], [3, 4]]
+    assert impl.to_numpy(a.copy_to_device(DEV, force=True)).tolist() == [[1, 2], [3, 4]]
+    t = a.permute((1, 0)).shrink(((0, 2), (1, 2))).copy_to_device("CLANG:3")
+    assert impl.to_numpy(t).tolist() == [[3], [4]]
+
+
+def test_assign_same_realize_sees_old_value(impl):
+    t = buf(impl, [1, 2, 3], "int32")
+    before = t.e(op(impl, "ADD"), t.const(10))
+    a = t.assign(t.e(op(impl, "MUL"), t.const(2)))
+    impl.realize(before, a)
+    assert impl.to_numpy(before).tolist() == [11, 12, 13]
+    assert impl.to_numpy(t).tolist() == [2, 4, 6] and impl.to_numpy(a).tolist() == [2, 4, 6]
+    after = t.e(op(impl, "ADD"), t.const(10))  # built after the assign: sees the new value
+    assert impl.to_numpy(after).tolist() == [12, 14, 16]
+
+
+def test_reading_a_buffer_built_before_a_realized_assign_raises(impl):
+    t = buf(impl, [1, 2, 3], "int32")
+    stale = t.e(op(impl, "NEG")).reshape((3, 1))
+    done = t.e(op(impl, "NEG"))
+    impl.realize(done)
+    impl.realize(t.assign(t.const(7)))
+    with pytest.raises(RuntimeError, match="assign"):
+        impl.realize(stale)
+    assert impl.to_numpy(done).tolist() == [-1, -2, -3]  # realized before: keeps its value
+    assert impl.to_numpy(t).tolist() == [7, 7, 7]
+
+
+def test_assign_chain(impl):
+    t = buf(impl, [1.0], "float32")
+    for _ in range(3):
+        impl.realize(t.assign(t.e(op(impl, "ADD"), t)))
+    assert impl.to_numpy(t).tolist() == [8.0]
+
+
+def test_disk_allows_data_ops(impl):
+    x = np.arange(24, dtype=np.int8).reshape(2, 3, 4)
+    d = impl.from_numpy(x, DISK)
+    assert d.device == DISK
+    v = d.permute((2, 1, 0)).shrink(((1, 3), (0, 3), (0, 2))).stride((-1, 2, 1)).pad(((0, 1), (0, 0), (0, 0)))
+    want = np.pad(x.transpose(2, 1, 0)[1:3][::-1, ::2], ((0, 1), (0, 0), (0, 0)))
+    assert np.array_equal(impl.to_numpy(v.copy_to_device(DEV)), want)
+    assert np.array_equal(impl.to_numpy(v), want)
+    wide = d.cast(impl.dtypes.int32, bitcast=True)
+    assert wide.shape == (2, 3, 1) and np.array_equal(impl.to_numpy(wide), x.view(np.int32))
+    narrow = d.shrink(((1, 2), (1, 3), (0, 4))).cast(impl.dtypes.int16, bitcast=True)  # a DISK slice
+    assert narrow.shape == (1, 2, 2) and np.array_equal(impl.to_numpy(narrow), x[1:2, 1:3].copy().view(np.int16))
+    e = impl.LazyBuffer.loadop(impl.LoadOps.EMPTY, (2,), impl.dtypes.float32, DISK)
+    assert impl.to_numpy(e).shape == (2,)
+    s = d.cast(impl.dtypes.uint8, bitcast=True).expand((2, 3, 4)).reshape((24,))
+    assert impl.to_numpy(s).tolist() == list(range(24))
+
+
+def test_disk_assign_writes(impl):
+    d = impl.from_numpy(np.zeros(4, np.float32), DISK)
+    impl.realize(d.assign(buf(impl, [1.0, 2.0, 3.0, 4.0], "float32").copy_to_device(DISK)))
+    assert impl.to_numpy(d).tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_variables_in_shapes(impl):
+    n = impl.Variable("n", 1, 10)
+    bound = n.bind(3)
+    assert bound.val == 3 and bound.unbind()[1] == 3
+    c = impl.LazyBuffer.loadop(impl.LoadOps.CONST, (bound, 2), impl.dtypes.int32, DEV, 4)
+    assert c.shape == (3, 2) and impl.to_numpy(c).sum() == 24
+    assert impl.to_numpy(c.reshape((2, bound)).expand((2, 3))).shape == (2, 3)
+
+
+def test_properties(impl):
+    a = buf(impl, np.zeros((2, 3)), "float16")
+    assert a.st.shape == (2, 3) and a.base.shape == (2, 3) and a.dtype == impl.dtypes.float16
+    s = a.e(op(impl, "ADD"), a)
+    assert s.base.op == op(impl, "ADD") and len(s.base.srcs) == 2
