@@ -145,14 +145,22 @@ def round_float(value: float, dtype: DType) -> float:
 
 
 def normalize_const(value: ConstType, dtype: DType) -> ConstType:
-    """The Python value a CONST of `dtype` stores: wrapped ints, rounded floats, bools."""
+    """The Python value a CONST of `dtype` stores: wrapped ints, rounded floats, bools.
+
+    A value of another kind converts as CAST would; where CAST is unspecified (a NaN, inf or
+    out-of-range float for an integer dtype) the constant is 0, deterministically.
+    """
     if dtype == dtypes.bool:
         return bool(value)
-    if dtypes.is_int(dtype):
-        if isinstance(value, float):
-            raise TypeError(f"CONST: float {value!r} given for integer dtype {dtype.name}")
-        return wrap_int(int(value), dtype)
-    return round_float(float(value), dtype)
+    source = dtypes.float64 if isinstance(value, float) else dtypes.int64
+    if isinstance(value, bool) or (isinstance(value, int) and not dtypes.is_int(dtype)):
+        if isinstance(value, int) and not -(2**63) <= value < 2**64:
+            return round_float(float(value), dtype)
+        source = dtypes.uint64 if value >= 2**63 else dtypes.int64
+    if isinstance(value, int) and dtypes.is_int(dtype):
+        return wrap_int(value, dtype)
+    converted = cast_const(value, source, dtype)
+    return 0 if converted is None else converted
 
 
 # ---------------------------------------------------------------- the ALU rules
