@@ -1,0 +1,237 @@
+"""Device names, the device registry, and `Buffer`: a typed span of device memory.
+
+Invariants:
+- A canonical device name is `KIND` or `KIND:N` (N >= 1) for KIND in CLANG, LLVM, CUDA, or
+  `DISK:<path>`; `KIND:0` canonicalises to `KIND`. Nothing else is a device name (ValueError).
+- `Device[name]` imports `fast.runtime.<kind lower-case>` and calls its `create(canonical_name)`
+  once per canonical name; the graph layer never touches a device until something is allocated.
+- A `Buffer` is either a base (owns an allocation) or a view (`base` is another base `Buffer`, at a
+  byte `offset`); a view never outlives the allocation it points into: it holds its base, and the
+  base's memory is only freed when no view is alive and its reference count is zero.
+- Allocation is lazy: nothing is allocated until `allocate()` (or `copyin`).
+- `ref(delta)` counts lazy buffers that need the memory (a view forwards to its base). When the count
+  drops back to zero (and no view is alive) the allocation is freed; an unreferenced Buffer frees its
+  allocation when it is garbage collected.
+- `version` counts realized assigns into the memory (shared by a base and all its views).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import weakref
+from typing import Any, Protocol
+
+import numpy as np
+
+from fast import config
+from fast.dtype import DType
+
+COMPUTE_KINDS = ("CLANG", "LLVM", "CUDA")
+_NUMBERED = re.compile(r"(CLANG|LLVM|CUDA)(?::([0-9]+))?", re.ASCII)
+
+
+class Allocator(Protocol):
+    """What `Buffer` needs from a device: raw memory handles."""
+
+    def alloc(self, nbytes: int) -> Any: ...
+    def free(self, handle: Any, nbytes: int) -> None: ...
+    def copyin(self, handle: Any, src: memoryview) -> None: ...
+    def copyout(self, dest: memoryview, handle: Any) -> None: ...
+    def offset(self, handle: Any, byte_offset: int, nbytes: int) -> Any: ...
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical(name: str) -> str:
+    if name.startswith("DISK:") and len(name) > len("DISK:"):
+        return name
+    match = _NUMBERED.fullmatch(name)
+    if match is None:
+        raise ValueError(f"unknown device {name!r} (expected CLANG, LLVM, CUDA[:N] or DISK:<path>)")
+    kind, number = match.group(1), match.group(2)
+    return kind if number is None or int(number) == 0 else f"{kind}:{int(number)}"
+
+
+class _DeviceRegistry:
+    """The process-wide registry of opened devices (`Device`). Tests may put fakes in `opened`."""
+
+    def __init__(self) -> None:
+        self.opened: dict[str, Any] = {}
+
+    @staticmethod
+    def canonicalize(name: str) -> str:
+        """The canonical spelling of a device name; ValueError naming it when it is not one."""
+        if not isinstance(name, str):
+            raise ValueError(f"device name must be a string, got {name!r}")
+        return _canonical(name)
+
+    @staticmethod
+    def kind(name: str) -> str:
+        """`CLANG`, `LLVM`, `CUDA` or `DISK` for a (possibly non-canonical) device name."""
+        return _DeviceRegistry.canonicalize(name).split(":", 1)[0]
+
+    @property
+    def DEFAULT(self) -> str:  # noqa: N802  (public API name)
+        """The default device, from the configuration in force (CLANG unless overridden)."""
+        return self.canonicalize(config.get().default_device)
+
+    def __getitem__(self, name: str) -> Any:
+        canonical = self.canonicalize(name)
+        device = self.opened.get(canonical)
+        if device is None:
+            module = importlib.import_module("fast.runtime." + self.kind(canonical).lower())
+            device = module.create(canonical)
+            self.opened[canonical] = device
+        return device
+
+
+Device = _DeviceRegistry()
+
+
+def _release(allocator: Allocator, handle: Any, nbytes: int) -> None:
+    allocator.free(handle, nbytes)
+
+
+class Buffer:
+    """`size` elements of `dtype` on `device`; a view when `base` is given (at byte `offset`)."""
+
+    def __init__(self, device: str, size: int, dtype: DType, base: Buffer | None = None,
+                 offset: int = 0) -> None:
+        if size < 0 or offset < 0:
+            raise ValueError(f"Buffer: size {size} and offset {offset} must be non-negative")
+        self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
+        self._handle: Any = None
+        self._allocator: Allocator | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._refcount = 0
+        self._ever_referenced = False
+        self._live_views = 0
+        self._version = 0
+        self._base: Buffer | None = None
+        self.offset = 0
+        if base is not None:
+            root = base.base
+            self.offset = offset + base.offset
+            if root.device != self.device:
+                raise ValueError(f"Buffer view on {self.device} of a base on {root.device}")
+            if self.offset + self.nbytes > root.nbytes:
+                raise ValueError(f"Buffer view of {self.nbytes} bytes at offset {self.offset} "
+                                 f"exceeds its base of {root.nbytes} bytes")
+            self._base = root
+            root._live_views += 1
+            weakref.finalize(self, root._view_died).atexit = False
+        elif offset != 0:
+            raise ValueError(f"Buffer: offset {offset} given without a base")
+
+    @property
+    def base(self) -> Buffer:
+        """The Buffer that owns the allocation (self for a base)."""
+        return self if self._base is None else self._base
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def allocator(self) -> Allocator:
+        """The allocator holding this buffer's memory (the device's, until allocated)."""
+        if self._allocator is not None:
+            return self._allocator
+        return Device[self.device].allocator  # type: ignore[no-any-return]
+
+    @property
+    def version(self) -> int:
+        """How many assigns into this memory have been realized (shared with views)."""
+        return self.base._version
+
+    def bump_version(self) -> None:
+        """Called by the engine once an assign into this memory has been realized."""
+        self.base._version += 1
+
+    @property
+    def refcount(self) -> int:
+        return self.base._refcount
+
+    def ref(self, delta: int) -> None:
+        """Add `delta` lazy-buffer references; frees the memory when they drop back to zero."""
+        root = self.base
+        root._refcount += delta
+        if root._refcount < 0:
+            raise RuntimeError(f"Buffer.ref: reference count of {root!r} went negative")
+        if delta > 0:
+            root._ever_referenced = True
+        root._maybe_free()
+
+    def _view_died(self) -> None:
+        self._live_views -= 1
+        self._maybe_free()
+
+    def _maybe_free(self) -> None:
+        if self._ever_referenced and self._refcount == 0 and self._live_views == 0:
+            self.deallocate()
+
+    def is_allocated(self) -> bool:
+        return self._handle is not None
+
+    @property
+    def handle(self) -> Any:
+        """The device handle of the allocation (RuntimeError when not allocated)."""
+        if self._handle is None:
+            raise RuntimeError(f"{self!r} is not allocated")
+        return self._handle
+
+    def allocate(self) -> Buffer:
+        """Allocate (a view: allocate the base, then take a zero-copy sub-span). Idempotent."""
+        if self._handle is not None:
+            return self
+        if self._base is not None:
+            self._base.allocate()
+            self._allocator = self._base.allocator
+            self._handle = self._allocator.offset(self._base.handle, self.offset, self.nbytes)
+            return self
+        allocator = self._allocator = self.allocator
+        self._handle = allocator.alloc(self.nbytes)
+        self._finalizer = weakref.finalize(self, _release, allocator, self._handle, self.nbytes)
+        self._finalizer.atexit = False  # the process is ending: its memory goes with it
+        return self
+
+    def deallocate(self) -> None:
+        """Free the allocation now (a view only forgets its handle)."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._handle = self._allocator = None
+
+    def copyin(self, src: memoryview) -> Buffer:
+        """Fill the buffer from host bytes (allocating it first if needed)."""
+        data = src.cast("B") if src.format != "B" or src.ndim != 1 else src
+        if data.nbytes != self.nbytes:
+            raise ValueError(f"Buffer.copyin: {data.nbytes} bytes given for a buffer of {self.nbytes}")
+        self.allocate()
+        self.allocator.copyin(self.handle, data)
+        return self
+
+    def copyout(self, dest: memoryview) -> memoryview:
+        """Copy the buffer's bytes to host memory `dest` (nbytes long); the memory must exist."""
+        data = dest.cast("B") if dest.format != "B" or dest.ndim != 1 else dest
+        if data.nbytes != self.nbytes:
+            raise ValueError(f"Buffer.copyout: {data.nbytes} bytes given for a buffer of {self.nbytes}")
+        if self._base is not None and self._base.is_allocated():
+            self.allocate()  # a view of allocated memory: taking its handle is free
+        self.allocator.copyout(data, self.handle)
+        return dest
+
+    def as_numpy(self) -> np.ndarray:
+        """A copy of the contents as a flat array of `dtype.storage_np` (uint16 for bfloat16)."""
+        out = np.empty(self.size, dtype=self.dtype.storage_np)
+        if self.nbytes:
+            self.copyout(out.view(np.uint8).data)
+        return out
+
+    def view(self, size: int, dtype: DType, byte_offset: int) -> Buffer:
+        """A zero-copy sub-buffer sharing this buffer's allocation."""
+        return Buffer(self.device, size, dtype, base=self, offset=byte_offset)
+
+    def __repr__(self) -> str:
+        where = f" view@{self.offset}" if self._base is not None else ""
+        return f"<Buffer {self.device} {self.size} {self.dtype.name}{where}>"

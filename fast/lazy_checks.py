@@ -1,0 +1,211 @@
+"""Validation of every LazyBuffer operation, run before anything is built (so nothing is half-built).
+
+Error types follow SPEC §1 and docs/semantics.md: a wrong op kind or operand count, a dtype
+mismatch or an op undefined for a dtype is a TypeError; a wrong shape, axis, permutation or range is
+a ValueError; compute on DISK (or assigning into an unrealized buffer) is a RuntimeError. Every
+message names the op and the offending values. Checks are pure: they read their arguments only.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from fast import lazy as graph
+from fast.dtype import DType, dtypes
+from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, supports
+from fast.shape.symbolic import Node, is_sint, sint, sint_prod
+
+if TYPE_CHECKING:
+    from fast.lazy import LazyBuffer
+
+ARITY: dict[type, int] = {UnaryOps: 1, BinaryOps: 2, TernaryOps: 3}
+
+
+def is_disk(device: str) -> bool:
+    return device.startswith("DISK:")
+
+
+def check_compute_device(opname: str, device: str) -> None:
+    """DISK buffers only load, store and view: any computation on them is a RuntimeError."""
+    if is_disk(device):
+        raise RuntimeError(f"{opname}: device {device} cannot compute (DISK supports loads, copies and views only)")
+
+
+def check_dtype(opname: str, dtype: object) -> DType:
+    if not isinstance(dtype, DType) or dtype.count != 1:
+        raise TypeError(f"{opname}: expected a scalar DType, got {dtype!r}")
+    return dtype
+
+
+def check_lazy(opname: str, value: object) -> LazyBuffer:
+    if not isinstance(value, graph.LazyBuffer):
+        raise TypeError(f"{opname}: expected a LazyBuffer operand, got {type(value).__name__}")
+    return value
+
+
+def check_shape(opname: str, shape: object) -> tuple[sint, ...]:
+    """A shape: a tuple/list of non-negative ints (or symbolic Nodes)."""
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(f"{opname}: shape must be a tuple of sizes, got {shape!r}")
+    for size in shape:
+        if not is_sint(size):
+            raise TypeError(f"{opname}: sizes must be ints, got {size!r} in {shape!r}")
+        if isinstance(size, int) and size < 0:
+            raise ValueError(f"{opname}: sizes must be non-negative, got {tuple(shape)}")
+    return tuple(shape)
+
+
+def check_elementwise(op: object, srcs: tuple[object, ...]) -> tuple[LazyBuffer, ...]:
+    """Validate `e(op, *srcs)` (srcs includes self); returns the operands."""
+    kind = type(op)
+    arity = ARITY.get(kind)
+    if arity is None or op is UnaryOps.CAST or op is UnaryOps.BITCAST:
+        _reject_op(op)
+    opname: str = op.name  # type: ignore[attr-defined]
+    if len(srcs) != arity:
+        raise TypeError(f"{opname}: takes {arity} operands (self included), got {len(srcs)}")
+    operands = tuple(check_lazy(opname, s) for s in srcs)
+    first = operands[0]
+    check_compute_device(opname, first.device)
+    for other in operands[1:]:
+        if other.device != first.device:
+            raise ValueError(f"{opname}: operands on different devices {first.device} and {other.device}")
+        if other.shape != first.shape:
+            raise ValueError(f"{opname}: shape mismatch {first.shape} vs {other.shape}")
+    values = operands[1:] if op is TernaryOps.WHERE else operands
+    if op is TernaryOps.WHERE and first.dtype is not dtypes.bool and first.dtype != dtypes.bool:
+        raise TypeError(f"WHERE: condition must be bool, got {first.dtype.name}")
+    dtype = values[0].dtype
+    if any(v.dtype is not dtype and v.dtype != dtype for v in values):
+        raise TypeError(f"{opname}: dtype mismatch {', '.join(v.dtype.name for v in values)}")
+    if not _supports(op, dtype):
+        raise TypeError(f"{opname} is not defined for dtype {dtype.name}")
+    return operands
+
+
+@functools.lru_cache(maxsize=1024)
+def _supports(op: Any, dtype: DType) -> bool:
+    return supports(op, dtype)
+
+
+def _reject_op(op: object) -> NoReturn:
+    """The TypeError for an op that e() does not build."""
+    opname = getattr(op, "name", repr(op))
+    if isinstance(op, ReduceOps):
+        raise TypeError(f"e: {opname} is a reduce op; use r({opname}, axis)")
+    if op is UnaryOps.CAST or op is UnaryOps.BITCAST:
+        raise TypeError(f"e: {opname} must be built with cast(dtype, bitcast=...)")
+    raise TypeError(f"e: {op!r} is not an elementwise op")
+
+
+def check_reduce(op: object, axis: object, shape: tuple[sint, ...], device: str) -> tuple[int, ...]:
+    """Validate `r(op, axis)`; returns the axes as a tuple."""
+    if not isinstance(op, ReduceOps):
+        raise TypeError(f"r: {op!r} is not a ReduceOps member")
+    check_compute_device(op.name, device)
+    if not isinstance(axis, (tuple, list)) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axis):
+        raise ValueError(f"{op.name}: axis must be a tuple of ints, got {axis!r}")
+    if any(not 0 <= a < len(shape) for a in axis):
+        raise ValueError(f"{op.name}: axis {tuple(axis)} out of range for shape {shape}")
+    if len(set(axis)) != len(axis):
+        raise ValueError(f"{op.name}: axis {tuple(axis)} repeats an axis")
+    return tuple(axis)
+
+
+def _symbolic(shape: Sequence[Any]) -> bool:
+    return any(isinstance(size, Node) for size in shape)
+
+
+def check_reshape(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]:
+    checked = check_shape("reshape", new_shape)
+    if not _symbolic(shape) and not _symbolic(checked) and sint_prod(shape) != sint_prod(checked):
+        raise ValueError(f"reshape: cannot reshape {shape} ({sint_prod(shape)} elements) to {checked} "
+                         f"({sint_prod(checked)} elements)")
+    return checked
+
+
+def _check_length(opname: str, shape: tuple[sint, ...], argument: object) -> Sequence[Any]:
+    if not isinstance(argument, (tuple, list)) or len(argument) != len(shape):
+        raise ValueError(f"{opname}: expected {len(shape)} entries for shape {shape}, got {argument!r}")
+    return argument
+
+
+def _check_pairs(opname: str, shape: tuple[sint, ...], argument: object) -> tuple[tuple[sint, sint], ...]:
+    pairs = _check_length(opname, shape, argument)
+    for pair in pairs:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(is_sint(x) for x in pair):
+            raise ValueError(f"{opname}: entries must be pairs of ints, got {pair!r} in {argument!r}")
+    return tuple((pair[0], pair[1]) for pair in pairs)
+
+
+def check_pad(shape: tuple[sint, ...], arg: object) -> tuple[tuple[sint, sint], ...]:
+    pairs = _check_pairs("pad", shape, arg)
+    if any(isinstance(x, int) and x < 0 for pair in pairs for x in pair):
+        raise ValueError(f"pad: amounts must be non-negative, got {arg!r}")
+    return pairs
+
+
+def check_shrink(shape: tuple[sint, ...], arg: object) -> tuple[tuple[sint, sint], ...]:
+    pairs = _check_pairs("shrink", shape, arg)
+    for (start, end), size in zip(pairs, shape, strict=True):
+        if all(isinstance(x, int) for x in (start, end, size)) and not 0 <= start <= end <= size:  # type: ignore[operator]
+            raise ValueError(f"shrink: range ({start}, {end}) invalid for an axis of size {size} "
+                             f"(need 0 <= start <= end <= size); shape {shape}, arg {arg!r}")
+    return pairs
+
+
+def check_expand(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]:
+    checked = check_shape("expand", new_shape)
+    _check_length("expand", shape, checked)
+    for old, new in zip(shape, checked, strict=True):
+        if old != new and old != 1:
+            raise ValueError(f"expand: cannot expand {shape} to {checked} (only size-1 axes may change)")
+    return checked
+
+
+def check_permute(shape: tuple[sint, ...], order: object) -> tuple[int, ...]:
+    if not isinstance(order, (tuple, list)) or not all(isinstance(a, int) and not isinstance(a, bool)
+                                                         for a in order) \
+            or sorted(order) != list(range(len(shape))):
+        raise ValueError(f"permute: {order!r} is not a permutation of the {len(shape)} axes of {shape}")
+    return tuple(order)
+
+
+def check_stride(shape: tuple[sint, ...], steps: object) -> tuple[int, ...]:
+    checked = _check_length("stride", shape, steps)
+    if not all(isinstance(k, int) and not isinstance(k, bool) and k != 0 for k in checked):
+        raise ValueError(f"stride: steps must be nonzero ints, got {steps!r}")
+    return tuple(checked)
+
+
+def check_bitcast(source: DType, target: DType, device: str, shape: tuple[sint, ...]) -> tuple[sint, ...]:
+    """Validate a bitcast; returns the result shape (only DISK may change the last axis)."""
+    if dtypes.bool in (source, target):
+        raise TypeError(f"BITCAST: bool cannot be bitcast ({source.name} -> {target.name})")
+    if source.itemsize == target.itemsize:
+        return shape
+    if not is_disk(device):
+        raise TypeError(f"BITCAST: itemsizes differ ({source.name} {source.itemsize} bytes -> {target.name} "
+                        f"{target.itemsize} bytes); shape-changing bitcast is only supported on DISK, not {device}")
+    last = shape[-1] if shape else None
+    if not isinstance(last, int) or _symbolic(shape) or (last * source.itemsize) % target.itemsize:
+        raise ValueError(f"BITCAST: shape {shape} of {source.name} cannot be reinterpreted as {target.name} "
+                         "(the last axis' bytes must divide evenly)")
+    return (*shape[:-1], last * source.itemsize // target.itemsize)
+
+
+def check_assign(target: LazyBuffer, value: object) -> LazyBuffer:
+    """Validate `target.assign(value)`: realized target, same shape, dtype and device."""
+    x = check_lazy("ASSIGN", value)
+    if target.base.realized is None:
+        raise RuntimeError(f"ASSIGN: the target {target!r} must be realized")
+    if x.shape != target.shape:
+        raise ValueError(f"ASSIGN: shape mismatch, target {target.shape} vs value {x.shape}")
+    if x.dtype != target.dtype:
+        raise TypeError(f"ASSIGN: dtype mismatch, target {target.dtype.name} vs value {x.dtype.name}")
+    if x.device != target.device:
+        raise ValueError(f"ASSIGN: device mismatch, target {target.device} vs value {x.device}")
+    if not target.st.contiguous or target.size != target.base.size:
+        raise ValueError(f"ASSIGN: the target must be a whole buffer (a contiguous view), got view {target.st}")
+    return x

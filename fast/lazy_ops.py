@@ -1,0 +1,225 @@
+"""The longer LazyBuffer operations (SPEC §4), split out of fast/lazy.py: folds applied to the graph,
+reduce (folding and splitting), cast and bitcast, contiguous, copy_to_device.
+
+Every function here takes already-validated arguments (see fast/lazy_checks.py) and builds nodes only
+through fast/lazy.py's `create`/`view_of`/`reapply`/`const_node`, so the weak cache, the zero-size
+rule and the contiguous-child redirect apply uniformly.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+from fast import config
+from fast import lazy as graph
+from fast import lazy_checks as checks
+from fast import lazy_rules as rules
+from fast.dtype import DType
+from fast.ops import BinaryOps, LoadOps, ReduceOps, UnaryOps
+from fast.shape.shapetracker import ShapeTracker
+from fast.shape.symbolic import sint
+from fast.shape.view import View
+
+if TYPE_CHECKING:
+    from fast.lazy import LazyBuffer
+
+
+def _ints(values: tuple[sint, ...]) -> tuple[int, ...] | None:
+    """The values as ints, or None when any is symbolic."""
+    return tuple(values) if all(isinstance(v, int) for v in values) else None  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- elementwise
+
+def apply_fold(fold: rules.Fold, operands: tuple[LazyBuffer, ...], out_dtype: DType) -> LazyBuffer:
+    """Build the graph a `rules.Fold` decision describes."""
+    first = operands[0]
+    if fold.kind == "const":
+        return graph.const_node(first.device, out_dtype, fold.value, first.shape)
+    target = operands[fold.index]
+    if fold.kind == "operand":
+        return target
+    if fold.kind == "neg":
+        return target.e(UnaryOps.NEG)
+    return target.e(BinaryOps.MUL, target.const(fold.value))
+
+
+def double_negation(lb: LazyBuffer) -> LazyBuffer | None:
+    """For NEG of `lb`: when lb is (a view of) an unrealized NEG x, the result is x (through the view)."""
+    base = lb.base
+    if base.op is not UnaryOps.NEG or base.realized is not None:
+        return None
+    inner = base.srcs[0]
+    return inner if lb is base else graph.reapply(inner, lb.st)
+
+
+# ---------------------------------------------------------------- reduce
+
+def reduce(lb: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
+    """`lb.r(op, axes)` for validated axes: identity, empty, constant, split or plain reduce."""
+    if all(lb.shape[a] == 1 for a in axes):
+        return lb
+    new_shape = tuple(1 if i in axes else size for i, size in enumerate(lb.shape))
+    if any(lb.shape[a] == 0 for a in axes):
+        return graph.const_node(lb.device, lb.dtype, rules.empty_reduce_value(op, lb.dtype), new_shape)
+    source = graph.redirect(lb)
+    shape = _ints(lb.shape)
+    if source.is_unrealized_unmasked_const() and shape is not None:
+        count = 1
+        for a in axes:
+            count *= shape[a]
+        value = rules.fold_reduce(op, lb.dtype, source.base.arg, count)
+        return graph.const_node(lb.device, lb.dtype, value, new_shape)
+    split = split_plan(source, axes)
+    if split is None or shape is None:
+        return graph.reduce_node(source, op, axes)
+    axis, factor = split
+    split_shape = (*shape[:axis], factor, shape[axis] // factor, *shape[axis + 1:])
+    first = graph.reduce_node(source.reshape(split_shape), op, (axis + 1,))
+    return graph.reduce_node(first, op, (axis,)).reshape(new_shape)
+
+
+def split_plan(source: LazyBuffer, axes: tuple[int, ...]) -> tuple[int, int] | None:
+    """(axis, factor) for a two-stage reduce, or None.
+
+    Our choice (documented in SPEC terms): only a reduce over a single axis of size > 1 (other reduced
+    axes have size 1) with an all-integer shape is split, and never an expanded (stride 0) axis, where
+    the first stage would only re-read one element.
+    """
+    cfg = config.get()
+    shape = _ints(source.shape)
+    reduced = [a for a in axes if source.shape[a] != 1]
+    if not cfg.split_reduceop or shape is None or len(reduced) != 1:
+        return None
+    axis = reduced[0]
+    outputs = 1
+    for i, size in enumerate(shape):
+        outputs *= 1 if i in axes else size
+    factor = rules.split_factor(shape[axis], outputs, cfg.reduceop_split_threshold, cfg.reduceop_split_size)
+    if factor is None or source.st.real_strides(ignore_valid=True)[axis] == 0:
+        return None
+    return axis, factor
+
+
+# ---------------------------------------------------------------- casts and views
+
+def cast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
+    """CAST to a different dtype: constant fold, cast-before-view, or a CAST node."""
+    checks.check_compute_device("CAST", lb.device)
+    source = graph.redirect(lb)
+    if source.is_unrealized_unmasked_const():
+        value = rules.fold_cast(source.base.arg, lb.dtype, dtype, False)
+        if value is not None:
+            return graph.const_node(lb.device, dtype, value, lb.shape)
+    base = source.base
+    if source is not base and base.realized is None and dtype.itemsize <= lb.dtype.itemsize:
+        return graph.reapply(base.cast(dtype), source.st)
+    return graph.create(lb.device, graph.tracker(lb.shape), dtype, UnaryOps.CAST, dtype, (source,))
+
+
+def can_view(lb: LazyBuffer) -> bool:
+    """A single consecutive, integer-sized, unmasked view, not a constant: a Buffer.view can hold it."""
+    st = lb.st
+    return (st.consecutive and isinstance(st.views[0].offset, int) and _ints(lb.shape) is not None
+            and lb.base.op is not LoadOps.CONST)
+
+
+def buffer_view(source: LazyBuffer, dtype: DType, shape: tuple[sint, ...]) -> LazyBuffer:
+    """A VIEW base: a zero-copy `Buffer.view` of source's base Buffer at source's byte offset."""
+    offset = source.st.views[0].offset
+    byte_offset = (offset if isinstance(offset, int) else 0) * source.dtype.itemsize
+    return graph.create(source.device, graph.tracker(shape), dtype, LoadOps.VIEW, byte_offset, (source,))
+
+
+def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
+    """BITCAST: a VIEW of a consecutive realized (or DISK) buffer, a folded constant,
+    bitcast-before-view, or a BITCAST node."""
+    new_shape = checks.check_bitcast(lb.dtype, dtype, lb.device, lb.shape)
+    source = graph.redirect(lb)
+    base = source.base
+    if can_view(source) and (base.realized is not None or checks.is_disk(lb.device)):
+        return buffer_view(source, dtype, new_shape)
+    checks.check_compute_device("BITCAST of a non-consecutive view", lb.device)
+    if source.is_unrealized_unmasked_const():
+        value = rules.fold_cast(source.base.arg, lb.dtype, dtype, True)
+        if value is not None:
+            return graph.const_node(lb.device, dtype, value, lb.shape)
+    if source is not base and base.realized is None:
+        return graph.reapply(base.cast(dtype, bitcast=True), source.st)
+    return graph.create(lb.device, graph.tracker(lb.shape), dtype, UnaryOps.BITCAST, dtype, (source,))
+
+
+def contiguous(lb: LazyBuffer) -> LazyBuffer:
+    """Self when already contiguous (forcing its realization), a VIEW of a consecutive realized (or
+    DISK) buffer, else a CONTIGUOUS node that records itself as the base's contiguous child."""
+    base = lb.base
+    if lb.st.contiguous and lb.size == base.size and not lb.is_unrealized_const():
+        if base.realized is None:
+            base.forced_realize = True
+        return lb
+    if can_view(lb) and (base.realized is not None or checks.is_disk(lb.device)):
+        return buffer_view(lb, lb.dtype, lb.shape)
+    checks.check_compute_device("CONTIGUOUS of a non-consecutive view", lb.device)
+    ret = graph.create(lb.device, graph.tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
+    if ret.base is ret and ret.op is LoadOps.CONTIGUOUS:
+        inverted = lb.st.invert(base.shape)
+        if inverted is not None:
+            base.contiguous_child = (weakref.ref(ret), inverted)
+    return ret
+
+
+# ---------------------------------------------------------------- copies
+
+def copy_to_device(lb: LazyBuffer, device: str, force: bool) -> LazyBuffer:
+    """Same device -> lb (unless `force`); a copy of an unrealized, not-since-assigned COPY -> one copy
+    of the original source; an unrealized constant -> the same constant on the target (except on
+    DISK, which holds no CONST); a view reading fewer elements than its base -> made contiguous first
+    (on DISK, the covering bytes are copied instead); otherwise copy the base and re-apply the view."""
+    if device == lb.device and not force:
+        return lb
+    base = lb.base
+    whole = lb.st.contiguous and lb.size == base.size
+    if not force and whole and base.op is LoadOps.COPY and base.realized is None and not base.stale_reads():
+        return base.srcs[0].copy_to_device(device).reshape(lb.shape)
+    if lb.is_unrealized_const() and not checks.is_disk(device):
+        const = graph.create(device, graph.tracker(base.shape), base.dtype, LoadOps.CONST, base.arg)
+        return graph.reapply(const, lb.st)
+    if isinstance(lb.size, int) and isinstance(base.size, int) and lb.size < base.size:
+        if checks.is_disk(lb.device) and not lb.st.consecutive:
+            return _copy_covering(lb, device)
+        return _copy(lb.contiguous(), device)
+    return graph.reapply(_copy(base, device), lb.st)
+
+
+def _copy(source: LazyBuffer, device: str) -> LazyBuffer:
+    return graph.create(device, graph.tracker(source.shape), source.dtype, LoadOps.COPY, None, (source,))
+
+
+def covering_range(st: ShapeTracker, base_size: int) -> tuple[int, int] | None:
+    """[low, high) of the base elements `st.views[0]` can read at valid positions, clamped to the
+    base; None when symbolic or when no position is valid."""
+    first = st.views[0]
+    low, high = first.offset, first.offset
+    if first.all_invalid or not isinstance(low, int) or not isinstance(high, int):
+        return None
+    for stride, (start, end) in zip(first.strides, first.ranges(), strict=True):
+        if not (isinstance(stride, int) and isinstance(start, int) and isinstance(end, int)) or end <= start:
+            return None
+        low += stride * (start if stride >= 0 else end - 1)
+        high += stride * (end - 1 if stride >= 0 else start)
+    return max(low, 0), min(high + 1, base_size)
+
+
+def _copy_covering(lb: LazyBuffer, device: str) -> LazyBuffer:
+    """Copy the consecutive span of a DISK base that `lb` reads, then re-apply lb's view to it."""
+    base = lb.base
+    base_size = base.size if isinstance(base.size, int) else None
+    span = None if base_size is None else covering_range(lb.st, base_size)
+    if span is None or base_size is None or span == (0, base_size):
+        return graph.reapply(_copy(base, device), lb.st)
+    low, high = span
+    window = base.reshape((base_size,)).shrink(((low, high),)).contiguous()
+    copied = _copy(window, device)
+    first = lb.st.views[0]
+    rebased = View.create(first.shape, first.strides, first.offset - low, first.mask)
+    return graph.view_of(copied, ShapeTracker((rebased, *lb.st.views[1:])))
