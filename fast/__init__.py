@@ -1,1 +1,15 @@
-"""fast: the production lazy-tensor package (exports are filled in by engine work)."""
+"""fast: the production lazy-tensor package (SPEC §1): lazy graphs fused into kernels, compiled, run.
+
+Top-level API: `LazyBuffer`, `MultiLazyBuffer`, `dtypes`, `DType`, the op enums, `Variable`,
+`from_numpy`, `realize`, `to_numpy`, `schedule` and the `Device` registry.
+"""
+from fast.device import Device
+from fast.dtype import DType, dtypes
+from fast.engine import realize, schedule, to_numpy
+from fast.lazy import LazyBuffer, from_numpy
+from fast.multi import MultiLazyBuffer
+from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from fast.shape.symbolic import Variable
+
+__all__ = ["BinaryOps", "DType", "Device", "LazyBuffer", "LoadOps", "MultiLazyBuffer", "ReduceOps", "TernaryOps",
+           "UnaryOps", "Variable", "dtypes", "from_numpy", "realize", "schedule", "to_numpy"]

@@ -6,11 +6,13 @@ its buffers hold uint16 bit patterns and `to_numpy` widens them to float32.
 """
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+from numpy import dtype as NumpyDType  # noqa: N812  (DType.np shadows the module name)
 
 
 @dataclass(frozen=True, order=True)
@@ -36,12 +38,12 @@ class DType:
         return self if self.count == 1 else _BY_NAME[self.name[: -len(str(self.count))]]
 
     @property
-    def np(self) -> np.dtype:
+    def np(self) -> NumpyDType:
         """The numpy dtype `to_numpy` returns for this dtype (float32 for bfloat16)."""
         return np.dtype(np.float32 if self.name == "bfloat16" else self.fmt or "")
 
     @property
-    def storage_np(self) -> np.dtype:
+    def storage_np(self) -> NumpyDType:
         """The numpy dtype whose bytes equal this dtype's storage (uint16 for bfloat16)."""
         return np.dtype(np.uint16 if self.name == "bfloat16" else self.fmt or "")
 
@@ -69,23 +71,23 @@ class dtypes:  # noqa: N801  (namespace mirrors the public API name)
     default_int: Final = int32
 
     @staticmethod
-    def is_float(dt: DType) -> bool:
+    def is_float(dt: DType) -> builtins.bool:
         return dt.scalar() in FLOATS
 
     @staticmethod
-    def is_int(dt: DType) -> bool:
+    def is_int(dt: DType) -> builtins.bool:
         return dt.scalar() in INTS
 
     @staticmethod
-    def is_unsigned(dt: DType) -> bool:
+    def is_unsigned(dt: DType) -> builtins.bool:
         return dt.scalar() in UNSIGNED
 
     @staticmethod
-    def is_bool(dt: DType) -> bool:
+    def is_bool(dt: DType) -> builtins.bool:
         return dt.scalar() == dtypes.bool
 
     @staticmethod
-    def min(dt: DType) -> int | float | bool:
+    def min(dt: DType) -> int | float | builtins.bool:
         """The lowest value of `dt` (-inf for floats, False for bool)."""
         if dtypes.is_float(dt):
             return -math.inf
@@ -94,7 +96,7 @@ class dtypes:  # noqa: N801  (namespace mirrors the public API name)
         return 0 if dtypes.is_unsigned(dt) else -(1 << (8 * dt.itemsize - 1))
 
     @staticmethod
-    def max(dt: DType) -> int | float | bool:
+    def max(dt: DType) -> int | float | builtins.bool:
         """The highest value of `dt` (inf for floats, True for bool)."""
         if dtypes.is_float(dt):
             return math.inf
@@ -104,7 +106,7 @@ class dtypes:  # noqa: N801  (namespace mirrors the public API name)
         return (1 << bits) - 1 if dtypes.is_unsigned(dt) else (1 << (bits - 1)) - 1
 
     @staticmethod
-    def from_numpy(np_dtype: np.dtype | type) -> DType:
+    def from_numpy(np_dtype: NumpyDType | type) -> DType:
         """The dtype matching a numpy dtype; TypeError for numpy dtypes we do not support."""
         name = np.dtype(np_dtype).name
         if name not in _BY_NAME or name == "bfloat16":

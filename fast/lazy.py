@@ -201,6 +201,8 @@ class LazyBuffer:
     def assign(self, x: LazyBuffer) -> LazyBuffer:
         """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node."""
         value = checks.check_assign(self, x)
+        if checks.is_disk(self.device):
+            value = lazy_ops.disk_assign_value(value)
         root = self.base.buffer.base
         pending = _PENDING_ASSIGNS.get(id(root))
         if pending is not None and pending.realized is None:

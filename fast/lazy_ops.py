@@ -139,6 +139,8 @@ def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     base = source.base
     if can_view(source) and (base.realized is not None or checks.is_disk(lb.device)):
         return buffer_view(source, dtype, new_shape)
+    if checks.is_disk(lb.device) and (strided := disk_strided_bitcast(source, dtype)) is not None:
+        return strided
     checks.check_compute_device("BITCAST of a non-consecutive view", lb.device)
     if source.is_unrealized_unmasked_const():
         value = rules.fold_cast(source.base.arg, lb.dtype, dtype, True)
@@ -147,6 +149,33 @@ def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     if source is not base and base.realized is None:
         return graph.reapply(base.cast(dtype, bitcast=True), source.st)
     return graph.create(lb.device, graph.tracker(lb.shape), dtype, UnaryOps.BITCAST, dtype, (source,))
+
+
+def disk_strided_bitcast(source: LazyBuffer, dtype: DType) -> LazyBuffer | None:
+    """BITCAST of a non-consecutive view of a DISK base, without compute (SPEC §7): the base
+    bitcast whole then viewed the same way when itemsizes match; otherwise a VIEW of `dtype` over
+    the bytes the view covers, read with byte strides rescaled to the new itemsize. The latter needs
+    one unmasked integer View whose last axis has unit stride (or size 1) and whose other byte
+    strides and start (from the first covered byte) divide by the new itemsize; else None."""
+    base, old_size, new_size = source.base, source.dtype.itemsize, dtype.itemsize
+    if old_size == new_size and source is not base and can_view(base):
+        return graph.reapply(base.cast(dtype, bitcast=True), source.st)
+    view = source.st.views[0]
+    shape, strides = _ints(view.shape), _ints(view.strides)
+    span = covering_range(source.st, base.size) if isinstance(base.size, int) else None
+    if (len(source.st.views) != 1 or view.mask is not None or shape is None or strides is None or not shape
+            or span is None or not isinstance(view.offset, int) or (shape[-1] != 1 and strides[-1] != 1)):
+        return None
+    low, high = span
+    outer = [0 if size == 1 else stride * old_size for size, stride in zip(shape[:-1], strides[:-1], strict=True)]
+    start = (view.offset - low) * old_size
+    if any(count % new_size for count in (*outer, start, (high - low) * old_size)):
+        return None
+    window = graph.create(source.device, graph.tracker(((high - low) * old_size // new_size,)), dtype,
+                          LoadOps.VIEW, low * old_size, (base,))
+    new_shape = (*shape[:-1], shape[-1] * old_size // new_size)
+    rebased = View.create(new_shape, (*(count // new_size for count in outer), 1), start // new_size, None)
+    return graph.view_of(window, ShapeTracker((rebased,)))
 
 
 def contiguous(lb: LazyBuffer) -> LazyBuffer:
@@ -189,6 +218,17 @@ def copy_to_device(lb: LazyBuffer, device: str, force: bool) -> LazyBuffer:
             return _copy_covering(lb, device)
         return _copy(lb.contiguous(), device)
     return graph.reapply(_copy(base, device), lb.st)
+
+
+def disk_assign_value(value: LazyBuffer) -> LazyBuffer:
+    """The value an ASSIGN into DISK copies from (the engine runs it as a byte copy into the target).
+    An unrealized COPY onto DISK is skipped: its source (on another device, read through the same
+    view) is copied straight into the target, so the value never occupies the file's first bytes
+    (every new DISK Buffer maps the file from byte 0) before the target is written."""
+    base = value.base
+    if base.op is not LoadOps.COPY or base.realized is not None or base.stale_reads():
+        return value
+    return graph.reapply(base.srcs[0], value.st) if value is not base else base.srcs[0]
 
 
 def _copy(source: LazyBuffer, device: str) -> LazyBuffer:

@@ -73,17 +73,42 @@ class ConstBuffer:
     st: Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LazyOp:
     """A node of a kernel AST. Frozen: lowering never mutates what the scheduler produced.
 
     arg by op: BufferOps.LOAD/STORE -> MemBuffer, BufferOps.CONST -> ConstBuffer, ReduceOps -> tuple
     of reduced axes, UnaryOps.CAST/BITCAST -> DType, otherwise None.
+    Equality is structural; the hash is computed once per node (ASTs share subtrees, so a
+    recomputed recursive hash would be exponential in the depth of a diamond-shaped graph).
     """
 
     op: Op
     src: tuple[LazyOp, ...] = ()
     arg: Any = None
+
+    def __hash__(self) -> int:
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.op, tuple(hash(child) for child in self.src), self.arg))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __eq__(self, other: object) -> bool:
+        """Structural equality, comparing each pair of shared subtrees once (linear, not exponential)."""
+        if not isinstance(other, LazyOp):
+            return False
+        pending, proven = [(self, other)], set()
+        while pending:
+            left, right = pending.pop()
+            if left is right or (id(left), id(right)) in proven:
+                continue
+            if hash(left) != hash(right) or left.op != right.op or left.arg != right.arg \
+                    or len(left.src) != len(right.src):
+                return False
+            proven.add((id(left), id(right)))
+            pending.extend(zip(left.src, right.src))
+        return True
 
     def walk(self) -> list[LazyOp]:
         """Every node once, sources before users (topological order)."""

@@ -7,7 +7,7 @@ from types import ModuleType
 import pytest
 
 
-@pytest.fixture(scope="session", params=["reference"])
+@pytest.fixture(scope="session", params=["reference", "fast"])
 def impl(request: pytest.FixtureRequest) -> ModuleType:
     """The implementation package (``reference``; the lead adds ``fast``)."""
     return importlib.import_module(request.param)

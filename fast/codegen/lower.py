@@ -1,0 +1,323 @@
+"""Lowering: a kernel AST (SINK of STOREs) -> `LinearProgram`, following the plan from opt.py.
+
+Shape of the generated program:
+
+    DEFINE_VAR for every symbolic variable
+    LOOP (GLOBAL) over each output axis that has a loop, in plan order
+      DEFINE_ACC per output copy (when the kernel reduces)
+      LOOP (REDUCE) over each reduced axis that has a loop
+        per output copy x reduce copy: the subtree below the reduce, acc := op(acc, value)
+      ENDLOOP ...
+      per output copy: the tree above the reduce (the reduce read from its accumulator), STOREs
+    ENDLOOP ...
+
+A "copy" is one position of the upcast/unrolled axes (opt.py); each position maps every axis to a
+symbolic index (`loop counter * unroll + k`, or a constant), and `ShapeTracker.expr_idxs` turns it
+into an int64 buffer index and a validity condition. Those symbolic Nodes become INDEX instructions
+here (`_render_int` / `_render_bool`), so all index arithmetic is int64.
+
+Extension points: several reductions would each get their own accumulators and REDUCE loops, emitted
+in `_lower_reduce` before the first tree that uses them (`reduce_values` maps each reduce node's id to
+its value); vector dtypes would replace the per-copy loop in `_lower_reduce`/`run` by one vector
+instruction per op; threads would split the outermost GLOBAL loop (its LoopKind marks it).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fast import config
+from fast.codegen.ir import BOOL, INT64, BufferInfo, IndexOps, IRBuilder, LinearProgram, LoopKind, verify
+from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
+from fast.dtype import DType, dtypes
+from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, ReduceOps, TernaryOps, UnaryOps, normalize_const
+from fast.renderer.base import RendererOptions
+from fast.shape.symbolic import (
+    AndNode,
+    DivNode,
+    LtNode,
+    ModNode,
+    MulNode,
+    Node,
+    NumNode,
+    SumNode,
+    Variable,
+    as_node,
+    sint,
+)
+
+Env = dict[int, Node]
+HALVES = (dtypes.float16, dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What lowering needs to know about an AST, checked once."""
+
+    stores: tuple[LazyOp, ...]
+    reduce: LazyOp | None
+    reduce_ids: frozenset[int]  # id() of every AST node equal to `reduce` (the AST may repeat it)
+    full_shape: tuple[sint, ...]
+    reduce_axes: tuple[int, ...]
+    buffers: tuple[BufferInfo, ...]
+    variables: tuple[Variable, ...]
+
+
+def structural_key(node: LazyOp) -> tuple[Any, ...]:
+    """Equal exactly for structurally equal subtrees, in linear time (hashing or comparing LazyOps
+    directly re-walks shared subtrees once per path)."""
+    nodes = node.walk()
+    position = {id(n): index for index, n in enumerate(nodes)}
+    return tuple((n.op, n.arg, tuple(position[id(src)] for src in n.src)) for n in nodes)
+
+
+def node_dtype(node: LazyOp) -> DType:
+    """The dtype an AST node produces."""
+    if node.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE):
+        return node.arg.dtype  # type: ignore[no-any-return]
+    if node.op in (UnaryOps.CAST, UnaryOps.BITCAST):
+        return node.arg  # type: ignore[no-any-return]
+    if node.op in (BinaryOps.CMPLT, BinaryOps.CMPEQ):
+        return dtypes.bool
+    return node_dtype(node.src[1] if node.op is TernaryOps.WHERE else node.src[0])
+
+
+def _check_leaf_shapes(nodes: list[LazyOp], allowed: tuple[tuple[sint, ...], ...], where: str) -> None:
+    for node in nodes:
+        if node.op in (BufferOps.LOAD, BufferOps.CONST) and node.arg.st.shape not in allowed:
+            raise ValueError(f"lower: {node.op.name} {where} has shape {node.arg.st.shape}, expected one of {allowed}")
+
+
+def _collect_buffers(nodes: list[LazyOp]) -> tuple[BufferInfo, ...]:
+    found: dict[int, BufferInfo] = {}
+    for node in nodes:
+        if node.op not in (BufferOps.LOAD, BufferOps.STORE):
+            continue
+        buf, is_output = node.arg, node.op is BufferOps.STORE
+        info = BufferInfo(buf.idx, buf.dtype, is_output, buf.st.real_size())
+        old = found.get(buf.idx)
+        if old is not None:
+            if old.dtype != buf.dtype:
+                raise ValueError(f"lower: buffer {buf.idx} used as {old.dtype.name} and {buf.dtype.name}")
+            info = BufferInfo(buf.idx, buf.dtype, old.is_output or is_output, max(old.size, info.size))
+        found[buf.idx] = info
+    buffers = tuple(found[idx] for idx in sorted(found))
+    outputs = [b.idx for b in buffers if b.is_output]
+    if [b.idx for b in buffers] != list(range(len(buffers))) or outputs != list(range(len(outputs))):
+        raise ValueError(f"lower: buffer indices {sorted(found)} must be 0..n-1 with the outputs {outputs} first")
+    return buffers
+
+
+def analyze(ast: LazyOp) -> KernelInfo:
+    """Check the AST's structure and shapes; ValueError naming the problem otherwise."""
+    if ast.op is not KernelOps.SINK or not ast.src or any(s.op is not BufferOps.STORE for s in ast.src):
+        raise ValueError(f"lower: expected a SINK of STOREs, got {ast.op} with {[s.op for s in ast.src]}")
+    nodes = ast.walk()
+    groups: dict[tuple[Any, ...], list[LazyOp]] = {}
+    for node in nodes:
+        if isinstance(node.op, ReduceOps):
+            groups.setdefault(structural_key(node), []).append(node)
+    reduces = [group[0] for group in groups.values()]
+    if len(reduces) > 1:
+        raise ValueError(f"lower: {len(reduces)} different reductions in one kernel; one is supported "
+                         f"({[r.op.name for r in reduces]} over {[r.arg for r in reduces]})")
+    reduce = reduces[0] if reduces else None
+    reduce_ids = frozenset(id(node) for group in groups.values() for node in group)
+    stores = tuple(ast.src)
+    axes: tuple[int, ...] = ()
+    if reduce is None:
+        full_shape = tuple(stores[0].arg.st.shape)
+        _check_leaf_shapes(nodes, (full_shape,), "in an elementwise kernel")
+    else:
+        below = reduce.walk()
+        leaf = next((node for node in below if node.op in (BufferOps.LOAD, BufferOps.CONST)), None)
+        if leaf is None:
+            raise ValueError(f"lower: {reduce.op.name} reduces nothing (no LOAD or CONST below it)")
+        full_shape, axes = tuple(leaf.arg.st.shape), tuple(reduce.arg)
+        if sorted(set(axes)) != sorted(axes) or not all(isinstance(a, int) and 0 <= a < len(full_shape) for a in axes):
+            raise ValueError(f"lower: {reduce.op.name} axes {axes} are not distinct axes of {full_shape}")
+        _check_leaf_shapes(below, (full_shape,), f"below {reduce.op.name}")
+        output_shape = tuple(1 if a in axes else s for a, s in enumerate(full_shape))
+        below_ids = {id(node) for node in below}
+        _check_leaf_shapes([n for n in nodes if id(n) not in below_ids], (full_shape, output_shape),
+                           f"above {reduce.op.name}")
+    output_shape = tuple(1 if a in axes else s for a, s in enumerate(full_shape))
+    for store in stores:
+        if tuple(store.arg.st.shape) != output_shape:
+            raise ValueError(f"lower: STORE to buffer {store.arg.idx} has shape {store.arg.st.shape}, "
+                             f"expected {output_shape}")
+    variables: set[Variable] = set()
+    for node in nodes:
+        if node.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE):
+            variables |= node.arg.st.vars()
+    for size in full_shape:
+        variables |= as_node(size).vars()
+    return KernelInfo(stores, reduce, reduce_ids, full_shape, axes, _collect_buffers(nodes),
+                      tuple(sorted(variables, key=lambda v: v.expr)))
+
+
+def kernel_name(info: KernelInfo) -> str:
+    dims = [str(size) if isinstance(size, int) else re.sub(r"\W", "_", size.render()) for size in info.full_shape]
+    return "_".join(["r" if info.reduce is not None else "E", *dims])
+
+
+def _estimates(info: KernelInfo) -> tuple[int, int]:
+    """(flops, bytes) with symbolic sizes at their maximum."""
+    full, outputs = 1, 1
+    for axis, size in enumerate(info.full_shape):
+        full *= as_node(size).max
+        outputs *= 1 if axis in info.reduce_axes else as_node(size).max
+    below = {id(n) for n in info.reduce.walk()} if info.reduce is not None else set()
+    flops = 0
+    for store in info.stores:
+        for node in store.walk():
+            if node.op not in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE):
+                flops += full if id(node) in below else outputs
+    return flops, sum(b.size * b.dtype.itemsize for b in info.buffers)
+
+
+class _Lowering:
+    def __init__(self, info: KernelInfo, plan: KernelPlan) -> None:
+        self.info, self.plan, self.builder = info, plan, IRBuilder()
+        self.var_refs: dict[Variable, int] = {}
+        names = {v.expr for v in info.variables}
+        if any(name.endswith("~") for name in names):
+            raise ValueError(f"lower: variable names ending in '~' are reserved, got {sorted(names)}")
+
+    # -- symbolic Nodes -> INDEX instructions
+    def _render_int(self, node: Node | int) -> int:
+        b, node = self.builder, as_node(node)
+        if isinstance(node, NumNode):
+            return b.const(node.b, INT64)
+        if isinstance(node, Variable):
+            if node not in self.var_refs:
+                raise ValueError(f"lower: variable {node.expr} is not a kernel variable or loop counter")
+            return self.var_refs[node]
+        if isinstance(node, SumNode):
+            total = self._render_int(node.nodes[0])
+            for term in node.nodes[1:]:
+                total = b.index(IndexOps.ADD, total, self._render_int(term))
+            return total
+        if isinstance(node, MulNode):
+            return b.index(IndexOps.MUL, self._render_int(node.a), self._render_int(node.b))
+        if isinstance(node, (DivNode, ModNode)):
+            divisor = as_node(node.b)
+            if divisor.min <= 0 or (not isinstance(divisor, NumNode) and node.a.min < 0):
+                raise ValueError(f"lower: cannot index with {node.render()} (divisor must be positive)")
+            nonneg = node.a.min >= 0
+            op = {(DivNode, True): IndexOps.NONNEG_DIV, (DivNode, False): IndexOps.FLOORDIV,
+                  (ModNode, True): IndexOps.NONNEG_MOD, (ModNode, False): IndexOps.FLOORMOD}[(type(node), nonneg)]
+            return b.index(op, self._render_int(node.a), self._render_int(divisor))
+        if isinstance(node, (LtNode, AndNode)):
+            return b.alu(UnaryOps.CAST, (self._render_bool(node),), INT64)
+        raise ValueError(f"lower: unsupported index expression {node!r}")
+
+    def _render_bool(self, node: Node) -> int:
+        b = self.builder
+        if isinstance(node, NumNode):
+            return b.const(node.b != 0, BOOL)
+        if isinstance(node, LtNode):
+            return b.index(IndexOps.CMPLT, self._render_int(node.a), self._render_int(node.b))
+        if isinstance(node, AndNode):
+            result = self._render_bool(node.nodes[0])
+            for term in node.nodes[1:]:
+                result = b.index(IndexOps.AND, result, self._render_bool(term))
+            return result
+        value, zero = self._render_int(node), b.const(0, INT64)
+        positive, negative = b.index(IndexOps.CMPLT, zero, value), b.index(IndexOps.CMPLT, value, zero)
+        return positive if node.min >= 0 else negative if node.max <= 0 else b.alu(BinaryOps.ADD, (positive, negative))
+
+    # -- loops
+    def _open_loops(self, axes: tuple[AxisPlan, ...], kind: LoopKind) -> list[Env]:
+        """Open the loops of `axes`; return the copies (each: axis -> symbolic index), last axis fastest."""
+        envs: list[Env] = [{}]
+        for axis in axes:
+            base: Node = NumNode(0)
+            if axis.has_loop:
+                count = as_node(axis.size) // axis.unroll
+                prefix = "gidx" if kind is LoopKind.GLOBAL else "ridx"
+                counter = Variable(f"{prefix}{axis.axis}~", 0, max(count.max - 1, 0))
+                zero = self.builder.const(0, INT64)
+                self.var_refs[counter] = self.builder.loop(zero, self._render_int(count), kind)
+                base = counter * axis.unroll
+            envs = [{**env, axis.axis: base + k} for env in envs for k in range(axis.unroll)]
+        return envs
+
+    def _close_loops(self, axes: tuple[AxisPlan, ...]) -> None:
+        for axis in axes:
+            if axis.has_loop:
+                self.builder.end_loop()
+
+    # -- the AST
+    def _idxs(self, env: Env) -> list[Node]:
+        return [env.get(axis, NumNode(0)) for axis in range(len(self.info.full_shape))]
+
+    def _lower_node(self, node: LazyOp, env: Env, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        b = self.builder
+        if node.op in (BufferOps.LOAD, BufferOps.CONST):
+            index, valid = node.arg.st.expr_idxs(self._idxs(env))
+            dtype = node.arg.dtype
+            if node.op is BufferOps.CONST:
+                value = b.const(normalize_const(node.arg.val, dtype), dtype)
+                ref = b.alu(TernaryOps.WHERE, (self._render_bool(valid), value, b.const(0, dtype)))
+            else:
+                valid_ref = None if valid.min > 0 or valid.max < 0 else self._render_bool(valid)
+                ref = b.load(node.arg.idx, dtype, self._render_int(index), valid_ref)
+        elif isinstance(node.op, ReduceOps):
+            ref = reduce_values[id(node)]
+        else:
+            srcs = tuple(self._lower_node(src, env, reduce_values, memo) for src in node.src)
+            to_dtype = node.arg if node.op in (UnaryOps.CAST, UnaryOps.BITCAST) else None
+            ref = b.alu(node.op, srcs, to_dtype)
+        memo[id(node)] = ref
+        return ref
+
+    def _lower_reduce(self, reduce: LazyOp, output_envs: list[Env]) -> list[int]:
+        """Accumulate the reduce for every output copy; return the reduced value of each copy.
+
+        half floats accumulate in float32 and round once at the end (docs/semantics.md)."""
+        b, element = self.builder, node_dtype(reduce.src[0])
+        acc_dtype = dtypes.float32 if element in HALVES else element
+        init = 0 if reduce.op is ReduceOps.SUM else dtypes.min(acc_dtype)
+        accs = [b.define_acc(init, acc_dtype) for _ in output_envs]
+        update = BinaryOps.ADD if reduce.op is ReduceOps.SUM else BinaryOps.MAX
+        reduce_envs = self._open_loops(self.plan.reduce_axes, LoopKind.REDUCE)
+        for env, acc in zip(output_envs, accs, strict=True):
+            for reduce_env in reduce_envs:
+                value = self._lower_node(reduce.src[0], {**env, **reduce_env}, {}, {})
+                value = b.alu(UnaryOps.CAST, (value,), acc_dtype)
+                b.assign(acc, b.alu(update, (acc, value)))
+        self._close_loops(self.plan.reduce_axes)
+        return [b.alu(UnaryOps.CAST, (acc,), element) for acc in accs]
+
+    def run(self) -> None:
+        for variable in self.info.variables:
+            self.var_refs[variable] = self.builder.define_var(variable.expr)
+        output_envs = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
+        reduced = self._lower_reduce(self.info.reduce, output_envs) if self.info.reduce is not None else []
+        for copy, env in enumerate(output_envs):
+            reduce_values = {node_id: reduced[copy] for node_id in self.info.reduce_ids}
+            memo: dict[int, int] = {}
+            for store in self.info.stores:
+                value = self._lower_node(store.src[0], env, reduce_values, memo)
+                index, valid = store.arg.st.expr_idxs(self._idxs(env))
+                valid_ref = None if valid.min > 0 or valid.max < 0 else self._render_bool(valid)
+                self.builder.store(store.arg.idx, self._render_int(index), value, valid_ref)
+        self._close_loops(self.plan.output_axes)
+
+
+def lower(ast: LazyOp, options: RendererOptions) -> LinearProgram:
+    """Lower a kernel AST for a renderer with `options`; verified when DEBUG >= 3."""
+    info = analyze(ast)
+    plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options)
+    lowering = _Lowering(info, plan)
+    lowering.run()
+    flops, mem_bytes = _estimates(info)
+    program = LinearProgram(kernel_name(info), tuple(lowering.builder.instrs), info.buffers,
+                            tuple(v.expr for v in info.variables), info.variables, flops, mem_bytes)
+    if config.get().debug >= 3:
+        verify(program)
+    return program

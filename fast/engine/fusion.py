@@ -1,0 +1,296 @@
+"""Fusion: which lazy bases get a buffer of their own in a schedule, and which reduce each kernel holds.
+
+The unit of decision is a *base* (a `LazyBuffer` with `lb.base is lb`). A base that is realized
+already, or that is chosen here ("realizes"), is a kernel boundary: kernels load it and one kernel
+(or copy) stores it. Every other unrealized base is inlined into each kernel that reads it.
+
+Legality ("may these fuse?") is a set of pure functions of the graph and the current realizes:
+  - `is_expanding_view`, `has_pad_mask`, `is_identity_view`: properties of one edge;
+  - `op_keeps_zero`, `pad_is_safe`: may a base be computed through a pad mask;
+  - `reduce_fusion_target`: the one kernel a reduce may join, or None.
+Policy ("which fusion first?") lives in `choose_realizes`: fixed rules first (outputs, loads,
+forced realizes, expands), then unsafe pads in topological order (deepest first, so a shallower
+pad can fuse over a realized deeper one), then reduces in topological order: a reduce joins its
+consumer's kernel when legal and that kernel has no reduce yet; otherwise `chase_point` realizes
+the end of its single-consumer, contiguous, elementwise chain, so those ops still share its kernel.
+
+Invariants of the result (`Fusion`): every base in `realizes` is unrealized and in the graph; every
+kernel output holds at most one reduce (`reduce_of`), read through an identity view on every path;
+no unrealized, non-constant base is read through an expanding view unless it is in `realizes`; every
+base read through a pad mask computes 0 from all-zero leaves (`pad_is_safe`). Nothing is mutated.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps, cast_const, exec_alu, normalize_const
+
+if TYPE_CHECKING:
+    from fast.lazy import LazyBuffer
+    from fast.shape.shapetracker import ShapeTracker
+    from fast.shape.symbolic import sint
+    from fast.shape.view import View
+
+ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
+SOURCE_MUST_BE_REALIZED = frozenset({LoadOps.COPY, LoadOps.CUSTOM, LoadOps.VIEW})
+
+
+# ---------------------------------------------------------------- the graph
+
+@dataclass
+class Graph:
+    """The unrealized bases reachable from the outputs.
+
+    `order` lists them sources before users; `readers[b]` maps each consumer base of `b` to the
+    distinct views (by ShapeTracker) through which it reads `b`, in source order.
+    """
+
+    outputs: list[LazyBuffer]
+    order: list[LazyBuffer] = field(default_factory=list)
+    readers: dict[LazyBuffer, dict[LazyBuffer, list[LazyBuffer]]] = field(default_factory=dict)
+
+    def add_read(self, base: LazyBuffer, consumer: LazyBuffer, view: LazyBuffer) -> None:
+        views = self.readers.setdefault(base, {}).setdefault(consumer, [])
+        if all(known.st != view.st for known in views):
+            views.append(view)
+
+
+def is_unrealized(lb: LazyBuffer) -> bool:
+    return lb.base.realized is None
+
+
+def is_disk_assign(base: LazyBuffer) -> bool:
+    """An ASSIGN into DISK: run as a byte copy of its value (DISK runs no kernels), so the value is a buffer."""
+    return base.op is LoadOps.ASSIGN and base.device.startswith("DISK:")
+
+
+def is_const_base(base: LazyBuffer) -> bool:
+    return base.op is LoadOps.CONST and base.realized is None
+
+
+def collect_graph(outs: Sequence[LazyBuffer]) -> Graph:
+    """Walk the sources of `outs` (iteratively: graphs may be deep) down to realized bases."""
+    graph = Graph([out.base for out in outs if is_unrealized(out)])
+    state: dict[LazyBuffer, bool] = {}  # False: being visited, True: done
+    stack: list[tuple[LazyBuffer, bool]] = [(base, False) for base in reversed(graph.outputs)]
+    while stack:
+        base, finished = stack.pop()
+        if finished:
+            state[base] = True
+            graph.order.append(base)
+            continue
+        if base in state:
+            continue
+        state[base] = False
+        stack.append((base, True))
+        for src in reversed(base.srcs):
+            if is_unrealized(src):
+                graph.add_read(src.base, base, src)
+                if src.base not in state:
+                    stack.append((src.base, False))
+    for readers in graph.readers.values():  # source order of consumers' reads, for determinism
+        for views in readers.values():
+            views.reverse()
+    return graph
+
+
+# ---------------------------------------------------------------- legality: one edge
+
+def _view_expands(view: View) -> bool:
+    return any(stride == 0 and _extent(start, end) > 1
+               for stride, (start, end) in zip(view.strides, view.ranges(), strict=True))
+
+
+def _extent(start: sint, end: sint) -> int:
+    if isinstance(start, int) and isinstance(end, int):
+        return end - start
+    return 2  # a symbolic extent may exceed 1
+
+
+def is_expanding_view(st: ShapeTracker) -> bool:
+    """True when some base element is read at more than one valid position: a stride-0 axis with more
+    than one valid position, in any view of the stack (an expand hidden behind a reshape counts)."""
+    return any(_view_expands(view) for view in st.views)
+
+
+def has_pad_mask(st: ShapeTracker) -> bool:
+    """True when any view of the stack is masked (View.create drops masks that cover everything)."""
+    return any(view.mask is not None for view in st.views)
+
+
+def is_identity_view(view: LazyBuffer, base: LazyBuffer) -> bool:
+    """The view reads every element of `base` once, in order (a reshape at most)."""
+    return view is base or (view.st.contiguous and view.size == base.size)
+
+
+# ---------------------------------------------------------------- legality: pads
+
+def _is_positive_zero(value: object) -> bool:
+    if isinstance(value, float):
+        return value == 0.0 and math.copysign(1.0, value) > 0
+    return value is not None and not isinstance(value, float) and value == 0
+
+
+def op_keeps_zero(base: LazyBuffer) -> bool:
+    """Whether the base's op maps all-zero operands to +0 (bit-exact), per docs/semantics.md.
+
+    Evaluated with the exact scalar evaluator, so it is right for every op x dtype. The result:
+    unsafe are EXP2 (1), LOG2 (-inf), float DIV (0/0 = NaN), CMPEQ (0 == 0 is True) and float NEG
+    (-0.0: later DIVs would give -inf where +inf belongs). Safe are ADD SUB MUL MAX MOD XOR
+    MULACC, integer DIV (x/0 = 0) and NEG, CMPLT (0 < 0 is False), WHERE (False picks 0), SIN,
+    SQRT, CAST (0 -> 0, 0.0, False) and BITCAST (all-zero bits). Loads, constants and reduces are
+    leaves or kernel boundaries here: they read through the mask themselves, so they give 0.
+    """
+    op = base.op
+    if not isinstance(op, ELEMENTWISE):
+        return True
+    if op is UnaryOps.BITCAST:
+        return True
+    operand_dtype = base.srcs[-1].dtype
+    zero = normalize_const(0, operand_dtype)
+    try:
+        if op is UnaryOps.CAST:
+            return _is_positive_zero(cast_const(zero, operand_dtype, base.dtype))
+        operands = (False, zero, zero) if op is TernaryOps.WHERE else (zero,) * len(base.srcs)
+        return _is_positive_zero(exec_alu(op, operand_dtype, operands))
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+
+
+def pad_is_safe(base: LazyBuffer, realizes: Iterable[LazyBuffer] | set[LazyBuffer]) -> bool:
+    """May `base` be computed inside a kernel that reads it through a pad mask?
+
+    Inside such a kernel every leaf of base's fused subgraph (loads and constants) is read through
+    the mask, so at padded positions all leaves are 0; the result must then be the 0 that the pad
+    promises, so every fused op must keep zero. The walk stops at realized bases, `realizes` and
+    reduces (a reduce is never fused through a pad: its consumers must read it contiguously).
+    """
+    boundary = set(realizes)
+    seen: set[LazyBuffer] = set()
+    stack = [base]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node is not base and (node.realized is not None or node in boundary):
+            continue
+        if isinstance(node.op, ReduceOps) or isinstance(node.op, LoadOps):
+            continue
+        if not op_keeps_zero(node):
+            return False
+        stack.extend(src.base for src in node.srcs if is_unrealized(src))
+    return True
+
+
+# ---------------------------------------------------------------- legality: reduces
+
+def reduce_fusion_target(reduce: LazyBuffer, graph: Graph, realizes: set[LazyBuffer]) -> LazyBuffer | None:
+    """The one kernel output whose kernel may compute `reduce`, or None when there is none.
+
+    Legal when every path from the reduce to a kernel output runs through unrealized elementwise
+    bases, each reading its predecessor through exactly one identity view (so the kernel iterates
+    over exactly the reduce's output positions), and all those paths end at the same output.
+    A reduce that is itself in `realizes` is its own kernel.
+    """
+    if reduce in realizes:
+        return reduce
+    targets: set[LazyBuffer] = set()
+    seen: set[LazyBuffer] = set()
+    stack = [reduce]
+    while stack:
+        node = stack.pop()
+        for consumer, views in graph.readers.get(node, {}).items():
+            if len(views) != 1 or not is_identity_view(views[0], node):
+                return None
+            if consumer in realizes:
+                if isinstance(consumer.op, ReduceOps):
+                    return None
+                targets.add(consumer)
+            elif not isinstance(consumer.op, ELEMENTWISE):
+                return None
+            elif consumer not in seen:
+                seen.add(consumer)
+                stack.append(consumer)
+    return next(iter(targets)) if len(targets) == 1 else None
+
+
+# ---------------------------------------------------------------- policy
+
+def chase_point(reduce: LazyBuffer, graph: Graph, realizes: set[LazyBuffer]) -> LazyBuffer:
+    """Where to realize a reduce that cannot join a consumer: the end of its chain of single
+    consumers that are elementwise, not yet realized, and read their predecessor by identity."""
+    node = reduce
+    while True:
+        consumers = graph.readers.get(node, {})
+        if len(consumers) != 1:
+            return node
+        consumer, views = next(iter(consumers.items()))
+        if consumer in realizes or not isinstance(consumer.op, ELEMENTWISE) or len(views) != 1 \
+                or not is_identity_view(views[0], node):
+            return node
+        node = consumer
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """The decision: bases that get their own buffer (in graph order), and each kernel's reduce."""
+
+    realizes: tuple[LazyBuffer, ...]
+    reduce_of: dict[LazyBuffer, LazyBuffer]
+
+
+def _fixed_realizes(graph: Graph) -> dict[LazyBuffer, None]:
+    """Outputs (except plain constants), non-CONST loads, forced realizes, sources that must be
+    buffers (COPY, CUSTOM, VIEW), and unrealized non-constant bases read through an expand."""
+    realizes: dict[LazyBuffer, None] = {out: None for out in graph.outputs if not is_const_base(out)}
+    for node in graph.order:
+        if (isinstance(node.op, LoadOps) and node.op is not LoadOps.CONST) or node.forced_realize:
+            realizes[node] = None
+        for src in node.srcs:
+            if not is_unrealized(src) or is_const_base(src.base):
+                continue
+            if node.op in SOURCE_MUST_BE_REALIZED or is_disk_assign(node) or is_expanding_view(src.st):
+                realizes[src.base] = None
+    return realizes
+
+
+def _unsafe_pads(graph: Graph, realizes: dict[LazyBuffer, None]) -> None:
+    for node in graph.order:  # sources first: a realized deeper pad makes shallower ones safe
+        for src in node.srcs:
+            base = src.base
+            if not is_unrealized(src) or is_const_base(base) or base in realizes or not has_pad_mask(src.st):
+                continue
+            if not pad_is_safe(base, realizes):
+                realizes[base] = None
+
+
+def _assign_reduces(graph: Graph, realizes: dict[LazyBuffer, None]) -> dict[LazyBuffer, LazyBuffer]:
+    """Give each reduce a kernel, realizing chase points until every kernel has at most one reduce.
+    Each round adds one new base to `realizes`, so this terminates."""
+    reduces = [node for node in graph.order if isinstance(node.op, ReduceOps)]
+    while True:
+        chosen = set(realizes)
+        reduce_of: dict[LazyBuffer, LazyBuffer] = {}
+        conflict = None
+        for reduce in reduces:
+            target = reduce_fusion_target(reduce, graph, chosen)
+            if target is None or target in reduce_of:
+                conflict = reduce
+                break
+            reduce_of[target] = reduce
+        if conflict is None:
+            return reduce_of
+        realizes[chase_point(conflict, graph, chosen)] = None
+
+
+def choose_realizes(graph: Graph) -> Fusion:
+    """Apply the rules of the module docstring; pure (reads the graph, mutates nothing)."""
+    realizes = _fixed_realizes(graph)
+    _unsafe_pads(graph, realizes)
+    reduce_of = _assign_reduces(graph, realizes)
+    ordered = tuple(node for node in graph.order if node in realizes)
+    return Fusion(ordered, reduce_of)

@@ -1,0 +1,269 @@
+"""Running schedules: `run_schedule`, `realize`, `to_numpy`, the program cache, DEBUG lines and IR dumps.
+
+Pipeline of one kernel (`compile_item`, the one place that shows it whole):
+    ast --lower--> LinearProgram --render--> source --compile_cached--> library --runtime--> Program
+Programs are cached per process, keyed by (device name, `ast_key(ast)`): identical graphs over
+other buffers give equal ASTs (schedule.py), so running a graph again compiles nothing.
+
+Diagnostics (read from `config.get()` at call time):
+- `debug` 1: one line per `realize` (items, kernels, time); 2: one line per item (device, kernel
+  name, global shape, time, GB/s, GFLOP/s); 3: also each newly compiled kernel's AST and IR;
+  4: also its source.
+- `dump_ir`: comma-separated stages printed whatever `debug` is: "schedule" (the items of each
+  `run_schedule`), "ast", "ir", "source" (per newly compiled kernel).
+
+Invariants: a lazy base is realized exactly when its Buffer is allocated (fast/lazy.py), so
+`run_schedule` realizes by allocating outputs just before filling them; an assign item bumps its
+target's version after it has run. Realized bases drop their sources after `realize`.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fast import config
+from fast.codegen import format_program, lower
+from fast.codegen.ir import LinearProgram
+from fast.device import Buffer, Device
+from fast.dtype import DType, dtypes
+from fast.engine import fusion
+from fast.engine.schedule import CustomCall, ScheduleItem, lazy_buffers, plan_schedule
+from fast.lazy import LazyBuffer
+from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
+from fast.shape.symbolic import Node
+
+DUMP_STAGES = ("schedule", "ast", "ir", "source")
+
+
+# ---------------------------------------------------------------- the program cache
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """A loaded kernel: its lowered program (name, variables, estimates), source and runner."""
+
+    program: LinearProgram
+    source: str
+    runner: Any  # fast.runtime.base.Program
+
+
+PROGRAMS: dict[tuple[str, tuple[Any, ...]], CompiledKernel] = {}
+
+
+def ast_key(ast: LazyOp) -> tuple[Any, ...]:
+    """A hashable key equal exactly for structurally equal ASTs, built in linear time (hashing a
+    LazyOp directly re-walks shared subtrees once per path, exponential for deep diamonds)."""
+    nodes = ast.walk()
+    position = {id(node): index for index, node in enumerate(nodes)}
+    return tuple((node.op, node.arg, tuple(position[id(src)] for src in node.src)) for node in nodes)
+
+
+def dump_stages() -> frozenset[str]:
+    """The stages named by `config.get().dump_ir`; ValueError for an unknown name."""
+    names = frozenset(name.strip() for name in config.get().dump_ir.split(",") if name.strip())
+    unknown = sorted(names - set(DUMP_STAGES))
+    if unknown:
+        raise ValueError(f"DUMP_IR: unknown stage(s) {unknown}; known: {', '.join(DUMP_STAGES)}")
+    return names
+
+
+def format_ast(ast: LazyOp) -> str:
+    """One line per AST node, sources first, shared nodes printed once (`%N` names a node)."""
+    nodes = ast.walk()
+    position = {id(node): index for index, node in enumerate(nodes)}
+    lines = []
+    for index, node in enumerate(nodes):
+        arg = node.arg
+        if node.op in (BufferOps.LOAD, BufferOps.STORE, BufferOps.CONST):
+            head = f"data{arg.idx}" if node.op is not BufferOps.CONST else f"{arg.val!r}"
+            views = " + ".join(f"{v.shape}:{v.strides}@{v.offset}" + (f" mask {v.mask}" if v.mask else "")
+                               for v in arg.st.views)
+            arg = f"{head} {arg.dtype.name} {views}"
+        elif isinstance(arg, DType):
+            arg = arg.name
+        srcs = " ".join(f"%{position[id(src)]}" for src in node.src)
+        lines.append(" ".join(part for part in (f"%{index} = {node.op.name}", "" if arg is None else str(arg), srcs)
+                              if part))
+    return "\n".join(lines)
+
+
+def compile_item(ast: LazyOp, device: str) -> CompiledKernel:
+    """The whole pipeline for one kernel AST on `device`, printing the stages asked for."""
+    debug, stages = config.get().debug, dump_stages()
+    compiled = Device[device]
+    if debug >= 3 or "ast" in stages:
+        print(f"--- ast ({device})\n{format_ast(ast)}")
+    program = lower(ast, compiled.renderer.options)
+    if debug >= 3 or "ir" in stages:
+        print(f"--- ir ({device})\n{format_program(program)}")
+    source = compiled.renderer.render(program)
+    if debug >= 4 or "source" in stages:
+        print(f"--- source ({device})\n{source}")
+    library = compiled.compiler.compile_cached(source)
+    return CompiledKernel(program, source, compiled.runtime(program.name, library))
+
+
+def get_kernel(device: str, ast: LazyOp) -> CompiledKernel:
+    key = (device, ast_key(ast))
+    if key not in PROGRAMS:
+        PROGRAMS[key] = compile_item(ast, device)
+    return PROGRAMS[key]
+
+
+# ---------------------------------------------------------------- running items
+
+def _require_allocated(item: ScheduleItem) -> None:
+    for buffer in item.inputs:
+        if not buffer.is_allocated():
+            raise RuntimeError(f"run_schedule: input {buffer!r} of {item.ast.op.name} was never computed")
+
+
+def _run_kernel(item: ScheduleItem, timed: bool) -> str:
+    device = item.bufs[0].device
+    kernel = get_kernel(device, item.ast)
+    _require_allocated(item)
+    for buffer in item.outputs:
+        buffer.allocate()
+    try:
+        values = tuple(item.var_vals[variable] for variable in kernel.program.variables)
+    except KeyError as error:
+        raise RuntimeError(f"run_schedule: no value for symbolic variable {error} of {kernel.program.name}") from error
+    elapsed = kernel.runner(*(buffer.handle for buffer in item.bufs), vals=values, wait=timed)
+    info = f"{kernel.program.name:<28} global {str(item.ast.src[0].arg.st.shape):<16}"
+    if elapsed is not None:
+        seconds = max(elapsed, 1e-9)
+        info += (f" {elapsed * 1e3:9.3f} ms {kernel.program.mem_bytes / seconds * 1e-9:9.3f} GB/s"
+                 f" {kernel.program.flops / seconds * 1e-9:9.3f} GFLOP/s")
+    return info
+
+
+def _run_copy(item: ScheduleItem) -> str:
+    """Copy between devices (or within one) through host memory: copyout, then copyin."""
+    destination, source = item.bufs
+    _require_allocated(item)
+    staging = np.empty(source.nbytes, dtype=np.uint8)
+    if source.nbytes:
+        source.copyout(staging.data)
+    destination.allocate()
+    if destination.nbytes:
+        destination.copyin(staging.data)
+    return f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
+
+
+def to_public(storage: np.ndarray, dtype: DType) -> np.ndarray:
+    """Storage array -> the array users see (`dtype.np`): bfloat16 bits widen exactly to float32."""
+    if dtype == dtypes.bfloat16:
+        return (storage.astype(np.uint32) << 16).view(np.float32)
+    return storage.view(dtype.np)
+
+
+def to_storage(public: np.ndarray, dtype: DType) -> np.ndarray:
+    """Public array -> storage: bfloat16 rounds float32 to nearest-even (NaN -> quiet NaN)."""
+    if dtype != dtypes.bfloat16:
+        return np.ascontiguousarray(public, dtype=dtype.np)
+    bits = np.ascontiguousarray(public, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    is_nan = ((bits & 0x7F800000) == 0x7F800000) & ((bits & 0x7FFFFF) != 0)
+    return np.where(is_nan, ((bits >> 16) & 0x8000).astype(np.uint16) | 0x7FC0, rounded).astype(np.uint16)
+
+
+def _run_custom(item: ScheduleItem) -> str:
+    """CUSTOM: `fn(out, *inputs)` on fresh host arrays of the public dtypes, then copied in."""
+    call: CustomCall = item.ast.arg
+    _require_allocated(item)
+    inputs = [to_public(buffer.as_numpy(), buffer.dtype).reshape(shape)
+              for buffer, shape in zip(item.inputs, call.in_shapes, strict=True)]
+    output = item.bufs[0]
+    out = np.zeros(call.out_shape, dtype=output.dtype.np)
+    with np.errstate(all="ignore"):
+        call.fn(out, *inputs)
+    data = to_storage(out, output.dtype).reshape(-1)
+    output.allocate()
+    if output.nbytes:
+        output.copyin(data.view(np.uint8).data)
+    return f"custom {getattr(call.fn, '__name__', 'fn')} -> {call.out_shape}"
+
+
+def _run_item(item: ScheduleItem, timed: bool) -> str:
+    """Run one item; returns its DEBUG=2 description (with time and rates when `timed`)."""
+    op = item.ast.op
+    if op is KernelOps.SINK:
+        return _run_kernel(item, timed)
+    start = time.perf_counter()
+    if op is LoadOps.COPY:
+        info = _run_copy(item)
+    elif op is LoadOps.CUSTOM:
+        info = _run_custom(item)
+    elif op is LoadOps.EMPTY:
+        item.bufs[0].allocate()
+        info = f"empty {item.bufs[0].nbytes} bytes"
+    elif op is LoadOps.VIEW:
+        _require_allocated(item)
+        item.bufs[0].allocate()
+        info = f"view of {item.bufs[1]!r} at byte {item.bufs[0].offset}"
+    else:
+        raise RuntimeError(f"run_schedule: cannot run an item of kind {op}")
+    return f"{info:<45} {(time.perf_counter() - start) * 1e3:9.3f} ms" if timed else info
+
+
+def run_schedule(items: Sequence[ScheduleItem]) -> None:
+    """Run the items in order (see the module docstring for what is printed)."""
+    debug = config.get().debug
+    if "schedule" in dump_stages():
+        for number, item in enumerate(items):
+            print(f"schedule {number}: {item.ast.op.name} bufs={list(item.bufs)}")
+    for number, item in enumerate(items):
+        info = _run_item(item, timed=debug >= 2)
+        if item.assign:
+            for buffer in item.outputs:
+                buffer.bump_version()
+        if debug >= 2:
+            print(f"*** {item.bufs[0].device:<10} {number:4d} {info}")
+
+
+# ---------------------------------------------------------------- public helpers
+
+def realize(*buffers: Any) -> None:
+    """Run everything needed so the buffers (LazyBuffer or MultiLazyBuffer) hold values."""
+    start = time.perf_counter()
+    steps = plan_schedule(lazy_buffers(buffers))
+    items = [step.item for step in steps]
+    run_schedule(items)
+    for step in steps:
+        if step.owner.realized is not None:
+            step.owner.srcs = ()  # the graph below a realized base can be freed; `op` stays
+    if config.get().debug >= 1 and items:
+        kernels = sum(item.ast.op is KernelOps.SINK for item in items)
+        print(f"realize: {len(items)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+
+
+def _readable_on_host(lb: LazyBuffer) -> LazyBuffer:
+    """A lazy buffer holding lb's values contiguously in a Buffer of its own."""
+    if lb.realized is not None and fusion.is_identity_view(lb, lb.base):
+        return lb
+    if lb.device.startswith("DISK:") and not lb.st.consecutive:
+        return lb.copy_to_device("CLANG").contiguous()
+    return lb.contiguous()
+
+
+def to_numpy(buffer: Any) -> np.ndarray:
+    """Realize `buffer` and return a fresh array of its shape and `dtype.np` (bfloat16 as float32).
+    A MultiLazyBuffer gives its real shards joined along its axis, or its first real shard."""
+    if hasattr(buffer, "real_lbs"):
+        realize(buffer)
+        shards = [to_numpy(shard) for shard in buffer.real_lbs]
+        return shards[0] if buffer.axis is None else np.concatenate(shards, axis=buffer.axis)
+    if not isinstance(buffer, LazyBuffer):
+        raise TypeError(f"to_numpy: {buffer!r} is not a LazyBuffer or MultiLazyBuffer")
+    realize(buffer)
+    readable = _readable_on_host(buffer)
+    realize(readable)
+    stored: Buffer | None = readable.base.realized
+    if stored is None:
+        raise RuntimeError(f"to_numpy: {buffer!r} did not realize")
+    shape = tuple(size.evaluate({}) if isinstance(size, Node) else int(size) for size in buffer.shape)
+    count = int(np.prod(shape)) if shape else 1
+    return to_public(stored.as_numpy()[:count], buffer.dtype).reshape(shape).copy()

@@ -1,0 +1,141 @@
+"""The CLANG runtime: C from `CRenderer`, compiled by the system C compiler, loaded with ctypes.
+
+Compiler: `config.get().cc` if set, else `clang` if on PATH, else `cc`. Flags (`compile_flags()`):
+`-std=c11 -O2 -shared -fPIC -ffp-contract=off -fno-math-errno`, linked with `-lm`.
+- `-ffp-contract=off`: `a*b+c` is never fused (only MULACC could be, and it is specified unfused).
+- `-fno-math-errno`: libm calls need not set errno, so `sqrtf` becomes one instruction. It changes no
+  value (IEEE results are the same); we never read errno.
+- never `-ffast-math` or `-march=native` (values must be IEEE; cached libraries must run anywhere).
+- `config.get().ubsan` adds `-fsanitize=undefined,float-cast-overflow -fno-sanitize-recover=all`
+  (GCC's libubsan is loaded with the library; float-cast-overflow is not in GCC's `undefined`
+  group). For clang, whose UB runtime is not linked into shared objects, it adds
+  `-fsanitize-trap=undefined` instead: any UB traps (the process dies) rather than printing.
+
+Libraries are written once to a content-addressed file (`<cache_dir>/clang-lib/<sha256>.so`, or a
+per-process temp dir when the compile cache is disabled) and loaded with one `ctypes.CDLL` per file,
+kept alive for the life of the process. Kernels run single-threaded.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+
+from fast import config
+from fast.renderer.c import CRenderer
+from fast.runtime.base import Compiled, Compiler, HostAllocator, HostMemory, atomic_write
+
+BASE_FLAGS: tuple[str, ...] = ("-std=c11", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
+
+
+def compiler_path() -> str:
+    """The C compiler to run (see the module docstring); RuntimeError when there is none."""
+    chosen = config.get().cc or shutil.which("clang") or shutil.which("cc")
+    if not chosen:
+        raise RuntimeError("CLANG: no C compiler found (install clang or cc, or set CC)")
+    return chosen
+
+
+@functools.lru_cache(maxsize=16)
+def compiler_version(path: str) -> str:
+    """`<path> --version` output (part of the cache key)."""
+    try:
+        result = subprocess.run([path, "--version"], capture_output=True, text=True, check=False, timeout=60)
+    except OSError as error:
+        raise RuntimeError(f"CLANG: cannot run C compiler {path!r}: {error}") from error
+    return result.stdout.strip()
+
+
+def compile_flags(path: str) -> tuple[str, ...]:
+    if not config.get().ubsan:
+        return BASE_FLAGS
+    if "clang" in compiler_version(path).lower():
+        return (*BASE_FLAGS, "-fsanitize=undefined", "-fsanitize-trap=undefined")
+    return (*BASE_FLAGS, "-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all")
+
+
+class ClangCompiler(Compiler):
+    """C source -> shared-library bytes; the identity covers compiler path, version and flags."""
+
+    cache_namespace = "clang"
+
+    def identity(self) -> str:
+        path = compiler_path()
+        return f"{path}\n{compiler_version(path)}\n{' '.join(compile_flags(path))}"
+
+    def compile(self, src: str) -> bytes:
+        path = compiler_path()
+        with tempfile.TemporaryDirectory(prefix="fast-cc-") as directory:
+            source_path, library_path = os.path.join(directory, "kernel.c"), os.path.join(directory, "kernel.so")
+            with open(source_path, "w") as handle:
+                handle.write(src)
+            command = [path, *compile_flags(path), "-o", library_path, source_path, "-lm"]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise RuntimeError(f"CLANG: {' '.join(command)} failed ({result.returncode}):\n{result.stderr}\n"
+                                   f"--- source ---\n{src}")
+            with open(library_path, "rb") as handle:
+                return handle.read()
+
+
+_LIBRARIES: dict[str, ctypes.CDLL] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def _private_library_dir() -> str:
+    return tempfile.mkdtemp(prefix="fast-lib-")
+
+
+def load_library(lib: bytes) -> ctypes.CDLL:
+    """The loaded library with these bytes (written to a content-addressed file on first use)."""
+    settings = config.get()
+    directory = _private_library_dir() if settings.disable_compile_cache \
+        else os.path.join(settings.cache_dir, "clang-lib")
+    path = os.path.join(directory, hashlib.sha256(lib).hexdigest() + ".so")
+    if path not in _LIBRARIES:
+        if not os.path.exists(path):
+            atomic_write(path, lib)
+        _LIBRARIES[path] = ctypes.CDLL(path)
+    return _LIBRARIES[path]
+
+
+class ClangProgram:
+    """One kernel function: `program(*handles, vals=(), wait=False) -> seconds | None`."""
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        self.name = name
+        self.library = load_library(lib)
+        try:
+            self.function = getattr(self.library, name)
+        except AttributeError as error:
+            raise RuntimeError(f"CLANG: the library has no kernel named {name!r}") from error
+        self.function.restype = None
+
+    def __call__(self, *handles: HostMemory, vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        for handle in handles:
+            if not isinstance(handle, HostMemory):
+                raise TypeError(f"{self.name}: expected CLANG buffers, got {type(handle).__name__}")
+        arguments: list[ctypes.c_void_p | ctypes.c_int64] = [ctypes.c_void_p(handle.address) for handle in handles]
+        arguments += [ctypes.c_int64(int(value)) for value in vals]
+        start = time.perf_counter()
+        self.function(*arguments)
+        return time.perf_counter() - start if wait else None
+
+
+_ALLOCATOR = HostAllocator()
+_RENDERER = CRenderer()
+_COMPILER = ClangCompiler()
+
+
+def create(device_name: str) -> Compiled:
+    """The `Compiled` for `CLANG` or `CLANG:N`; every such device shares the same parts."""
+    kind, _, number = device_name.partition(":")
+    if kind != "CLANG" or (number and not number.isdigit()):
+        raise ValueError(f"clang.create: {device_name!r} is not a CLANG device name")
+    return Compiled(device_name, _ALLOCATOR, _RENDERER, _COMPILER, ClangProgram)

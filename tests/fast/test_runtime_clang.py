@@ -1,0 +1,152 @@
+"""The CLANG runtime: aligned host memory and views, the compile cache and its counter, loading and
+running programs, device records."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fast import config
+from fast.codegen import lower
+from fast.dtype import dtypes
+from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, MemBuffer
+from fast.runtime.base import COMPILE_COUNTER, Compiled, HostAllocator
+from fast.runtime.clang import BASE_FLAGS, ClangCompiler, ClangProgram, compile_flags, compiler_path, create
+from fast.shape.shapetracker import ShapeTracker
+
+SOURCE = "#include <stdint.h>\nvoid add_one(int32_t* restrict data0, int64_t n) { for (int64_t i = 0; i < n; i++) " \
+         "data0[i] += 1; }\n"
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    with config.override(cache_dir=str(tmp_path / "cache"), disable_compile_cache=False):
+        yield tmp_path / "cache"
+
+
+def test_allocations_are_aligned_zeroed_and_copy_exactly():
+    allocator = HostAllocator()
+    for nbytes in (0, 1, 13, 4096):
+        handle = allocator.alloc(nbytes)
+        assert handle.address % 64 == 0 and handle.nbytes == nbytes
+        assert bytes(allocator.as_memoryview(handle)) == bytes(nbytes)
+    handle = allocator.alloc(16)
+    data = np.arange(4, dtype=np.float32)
+    allocator.copyin(handle, data.data)
+    back = np.zeros(4, np.float32)
+    allocator.copyout(back.data, handle)
+    np.testing.assert_array_equal(back, data)
+    with pytest.raises(ValueError, match="copyin"):
+        allocator.copyin(handle, np.zeros(3, np.float32).data)
+    with pytest.raises(ValueError, match="alloc"):
+        allocator.alloc(-1)
+
+
+def test_offset_views_share_memory_and_outlive_free():
+    allocator = HostAllocator()
+    base = allocator.alloc(32)
+    allocator.copyin(base, np.arange(8, dtype=np.int32).data)
+    view = allocator.offset(base, 8, 12)
+    assert view.address == base.address + 8
+    out = np.zeros(3, np.int32)
+    allocator.copyout(out.data, view)
+    np.testing.assert_array_equal(out, [2, 3, 4])
+    with pytest.raises(ValueError, match="outside"):
+        allocator.offset(base, 24, 12)
+    allocator.free(base, 32)
+    with pytest.raises(ValueError, match="after free"):
+        _ = base.address
+    allocator.copyout(out.data, view)  # the view keeps the memory alive
+    np.testing.assert_array_equal(out, [2, 3, 4])
+
+
+def test_kernel_writes_through_a_buffer_view_at_a_byte_offset(cache_dir):
+    device = create("CLANG")
+    st = ShapeTracker.from_shape((3,))
+    x = LazyOp(BufferOps.LOAD, (), MemBuffer(1, dtypes.int32, st))
+    ast = LazyOp(KernelOps.SINK, (LazyOp(BufferOps.STORE, (LazyOp(BinaryOps.MUL, (x, x)),),
+                                         MemBuffer(0, dtypes.int32, st)),))
+    program = lower(ast, device.renderer.options)
+    kernel = device.runtime(program.name, device.compiler.compile_cached(device.renderer.render(program)))
+    base = device.allocator.alloc(40)
+    device.allocator.copyin(base, np.arange(10, dtype=np.int32).data)
+    seconds = kernel(device.allocator.offset(base, 4, 12), device.allocator.offset(base, 24, 12), wait=True)
+    assert isinstance(seconds, float) and seconds >= 0
+    assert kernel(device.allocator.offset(base, 28, 12), device.allocator.offset(base, 12, 12)) is None
+    out = np.zeros(10, np.int32)
+    device.allocator.copyout(out.data, base)
+    np.testing.assert_array_equal(out, [0, 36, 49, 64, 4, 5, 6, 4096, 16, 25])
+
+
+def test_same_source_compiles_once_and_the_disk_cache_serves_fresh_compilers(cache_dir):
+    before = COMPILE_COUNTER.snapshot()
+    first = ClangCompiler().compile_cached(SOURCE)
+    second = ClangCompiler().compile_cached(SOURCE)
+    after = COMPILE_COUNTER.snapshot()
+    assert first == second
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (1, 2, 1)
+    entries = [name for _, _, names in os.walk(cache_dir) for name in names]
+    assert len([name for name in entries if name.endswith(".bin")]) == 1
+    assert not [name for name in entries if name.startswith(".tmp-")]
+    with config.override(disable_compile_cache=True):
+        ClangCompiler().compile_cached(SOURCE)
+        ClangCompiler().compile_cached(SOURCE)
+    assert COMPILE_COUNTER.snapshot()[0] - after[0] == 2 and COMPILE_COUNTER.snapshot()[1] == after[1]
+    plain_key = ClangCompiler().cache_key(SOURCE)
+    assert ClangCompiler().cache_key(SOURCE.replace("+= 1", "+= 2")) != plain_key
+    with config.override(ubsan=True):
+        assert ClangCompiler().cache_key(SOURCE) != plain_key
+
+
+def test_parallel_processes_share_the_cache_safely(cache_dir):
+    script = ("import sys; from fast import config; from fast.runtime.clang import ClangCompiler\n"
+              "with config.override(cache_dir=sys.argv[1]):\n"
+              f"    lib = ClangCompiler().compile_cached({SOURCE!r})\n"
+              "print(len(lib))")
+    root = Path(__file__).resolve().parents[2]
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(cache_dir)], stdout=subprocess.PIPE, text=True,
+                                cwd=root) for _ in range(3)]
+    sizes = {worker.communicate(timeout=120)[0].strip() for worker in workers}
+    assert all(worker.returncode == 0 for worker in workers) and len(sizes) == 1
+    program = ClangProgram("add_one", ClangCompiler().compile_cached(SOURCE))
+    allocator = HostAllocator()
+    handle = allocator.alloc(12)
+    program(handle, vals=(2,))
+    out = np.zeros(3, np.int32)
+    allocator.copyout(out.data, handle)
+    np.testing.assert_array_equal(out, [1, 1, 0])
+
+
+def test_compile_errors_and_missing_kernels_are_runtime_errors(cache_dir):
+    with pytest.raises(RuntimeError, match="failed"):
+        ClangCompiler().compile_cached("this is not C")
+    lib = ClangCompiler().compile_cached(SOURCE)
+    with pytest.raises(RuntimeError, match="no kernel named"):
+        ClangProgram("missing", lib)
+    with pytest.raises(TypeError, match="CLANG buffers"):
+        ClangProgram("add_one", lib)(np.zeros(4))  # type: ignore[arg-type]
+
+
+def test_compiler_choice_and_flags_are_data():
+    assert set(BASE_FLAGS) >= {"-O2", "-ffp-contract=off", "-shared", "-fPIC"}
+    assert not any("fast-math" in flag or "march" in flag for flag in BASE_FLAGS)
+    with config.override(cc="/bin/definitely-not-a-compiler"):
+        assert compiler_path() == "/bin/definitely-not-a-compiler"
+        with pytest.raises(RuntimeError, match="cannot run"):
+            ClangCompiler().identity()
+    with config.override(ubsan=True):
+        assert any(flag.startswith("-fsanitize=undefined") for flag in compile_flags(compiler_path()))
+    assert not any("sanitize" in flag for flag in compile_flags(compiler_path()))
+
+
+def test_devices_are_records_sharing_one_runtime():
+    first, second = create("CLANG"), create("CLANG:1")
+    assert isinstance(first, Compiled) and (first.name, second.name) == ("CLANG", "CLANG:1")
+    assert first.allocator is second.allocator and first.compiler is second.compiler
+    assert first.renderer is second.renderer and first.runtime is second.runtime
+    assert first.renderer.options.supports_vectors is False
+    for bad in ("LLVM", "CLANG:x", "clang"):
+        with pytest.raises(ValueError, match="CLANG"):
+            create(bad)
