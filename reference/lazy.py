@@ -1,18 +1,22 @@
 """LazyBuffer: a node of the lazy graph. Building one validates its arguments and computes nothing.
 
-Every buffer is its own base. Movement ops are ``VIEW`` nodes whose ``arg`` is (method, argument).
-A realized buffer holds its value as a read-only numpy array of the dtype's storage type
-(``realized``); ``_version`` counts the assigns written into it, and every node records at
-creation the versions of its sources, so that reading a value that was overwritten is detected.
+Every buffer is its own base. Movement ops are ``VIEW`` nodes whose ``arg`` is (method, argument);
+a movement op that changes nothing returns the buffer itself. A realized buffer holds its value as a
+read-only numpy array of the dtype's storage type (``realized``); ``_version`` counts the assigns
+written into it, and every node records at creation the versions of its sources, so that reading a
+value that was overwritten is detected. ``_pending`` is (a weak reference to) the last ASSIGN built
+into the buffer. DISK nodes carry ``pos``, the bytes of the file buffer they read (reference/disk.py).
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from reference import disk
 from reference.dtype import Array, ConstType, DType, as_const, dtypes
 from reference.ops import ARITY, BinaryOps, LoadOps, Op, ReduceOps, TernaryOps, UnaryOps, check_op_dtype
 from reference.shape import Shape, canonical_device, check_movement, resolve, resolve_int
@@ -90,6 +94,8 @@ class LazyBuffer:
         self._value: Array | None = None
         self._version = 0
         self._src_versions = tuple(s._version for s in srcs)
+        self._pending: weakref.ref[LazyBuffer] | None = None
+        self.pos = disk.fresh(shape, dtype.itemsize) if device.startswith("DISK:") else None
         if value is not None:
             self._store(value)
 
@@ -160,7 +166,12 @@ class LazyBuffer:
 
     def _view(self, name: str, arg: Any) -> LazyBuffer:
         narg, shape = check_movement(name, self.shape, arg)
-        return LazyBuffer(self.device, shape, self.dtype, LoadOps.VIEW, (name, narg), (self,))
+        identity = {"permute": tuple(range(len(shape))), "stride": (1,) * len(shape)}.get(name, narg)
+        if shape == self.shape and narg == identity:
+            return self
+        out = LazyBuffer(self.device, shape, self.dtype, LoadOps.VIEW, (name, narg), (self,))
+        out.pos = None if self.pos is None else disk.move(self.pos, name, narg)
+        return out
 
     def reshape(self, shape: Any) -> LazyBuffer:
         """Same elements in row-major order, new shape."""
@@ -190,16 +201,30 @@ class LazyBuffer:
         """CAST (value conversion) or BITCAST (reinterpret bits) to ``dtype``."""
         if not isinstance(dtype, DType):
             raise TypeError(f"cast: {dtype!r} is not a DType")
-        if bitcast:
-            shape = check_bitcast(self.shape, self.dtype, dtype, self.device)
-            return LazyBuffer(self.device, shape, dtype, UnaryOps.BITCAST, dtype, (self,))
-        no_disk("CAST", (self.device,))
-        return LazyBuffer(self.device, self.shape, dtype, UnaryOps.CAST, dtype, (self,))
+        if not bitcast:
+            no_disk("CAST", (self.device,))
+            return LazyBuffer(self.device, self.shape, dtype, UnaryOps.CAST, dtype, (self,))
+        shape, pos = check_bitcast(self.shape, self.dtype, dtype, self.device), self.pos
+        if pos is not None and dtype.itemsize != self.dtype.itemsize:
+            pos = disk.bitcast_positions(pos, self.dtype.itemsize, dtype.itemsize, shape)
+            if pos is None:
+                raise RuntimeError(f"BITCAST: {self.dtype.name} -> {dtype.name} of a non-consecutive view of shape "
+                                   f"{self.shape} on {self.device} needs compute (DISK holds data only)")
+        out = LazyBuffer(self.device, shape, dtype, UnaryOps.BITCAST, dtype, (self,))
+        out.pos = pos
+        return out
 
     def contiguous(self) -> LazyBuffer:
-        """A CONTIGUOUS copy (same value)."""
-        no_disk("CONTIGUOUS", (self.device,))
-        return LazyBuffer(self.device, self.shape, self.dtype, LoadOps.CONTIGUOUS, None, (self,))
+        """Self when realized and not a view, else a CONTIGUOUS node (same value). On DISK only a
+        consecutive view can be made contiguous (without compute)."""
+        if self.pos is not None and not disk.consecutive(self.pos, self.dtype.itemsize):
+            raise RuntimeError(f"CONTIGUOUS: a non-consecutive view of shape {self.shape} on {self.device} needs "
+                               "compute (DISK holds data only)")
+        if self.is_realized() and self.op is not LoadOps.VIEW:
+            return self
+        out = LazyBuffer(self.device, self.shape, self.dtype, LoadOps.CONTIGUOUS, None, (self,))
+        out.pos = self.pos
+        return out
 
     def copy_to_device(self, device: str, force: bool = False) -> LazyBuffer:
         """A COPY on ``device``; self when it is already there (unless ``force``)."""
@@ -209,18 +234,23 @@ class LazyBuffer:
         return LazyBuffer(device, self.shape, self.dtype, LoadOps.COPY, self.device, (self,))
 
     def assign(self, x: LazyBuffer) -> LazyBuffer:
-        """An ASSIGN of ``x`` into this realized buffer; realizing it writes x's value here."""
+        """An ASSIGN of ``x`` into this realized buffer (not a view, no other assign pending)."""
         if not isinstance(x, LazyBuffer):
             raise TypeError(f"ASSIGN: {x!r} is not a LazyBuffer")
-        if not self.is_realized():
-            raise RuntimeError(f"ASSIGN: target {self!r} is not realized")
+        if self.op is LoadOps.VIEW or not self.is_realized():
+            raise RuntimeError(f"ASSIGN: target {self!r} must be a realized buffer, not a view or an unrealized graph")
         if x.shape != self.shape:
             raise ValueError(f"ASSIGN: shape {x.shape} does not match target shape {self.shape}")
         if x.dtype != self.dtype:
             raise TypeError(f"ASSIGN: dtype {x.dtype.name} does not match target dtype {self.dtype.name}")
         if x.device != self.device:
             raise ValueError(f"ASSIGN: device {x.device} does not match target device {self.device}")
-        return LazyBuffer(self.device, self.shape, self.dtype, LoadOps.ASSIGN, None, (x, self))
+        pending = None if self._pending is None else self._pending()
+        if pending is not None and not pending.is_realized():
+            raise RuntimeError(f"ASSIGN: target {self!r} already has an unrealized assign; realize it first")
+        out = LazyBuffer(self.device, self.shape, self.dtype, LoadOps.ASSIGN, None, (x, self))
+        out.pos, self._pending = self.pos, weakref.ref(out)
+        return out
 
 
 def from_numpy(array: Any, device: str) -> LazyBuffer:

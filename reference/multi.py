@@ -1,10 +1,12 @@
 """MultiLazyBuffer: one LazyBuffer per device, sharded along ``axis`` (or replicated), per SPEC §5.
 
-Every rule violation is a ValueError raised before any shard is built.
+The logical value is the real shards joined along the axis, so positions along the axis count real
+shards only (``_positions``). Every rule violation is a ValueError raised before any shard is built.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +24,12 @@ def _with_axis(shape: Sequence[Any], axis: int, value: Any) -> tuple[Any, ...]:
 def _whole(shape: Shape, axis: int, rng: tuple[int, int]) -> tuple[tuple[int, int], ...]:
     """A shrink argument keeping every axis whole except ``axis``, which keeps ``rng``."""
     return tuple(rng if a == axis else (0, s) for a, s in enumerate(shape))
+
+
+def _positions(sizes: Sequence[int], real: Sequence[bool]) -> list[tuple[int, int] | None]:
+    """Where each real shard sits along the axis of the logical tensor (only real shards count); None if not real."""
+    starts = itertools.accumulate((size if r else 0 for size, r in zip(sizes, real, strict=True)), initial=0)
+    return [(p, p + size) if r else None for p, size, r in zip(starts, sizes, real, strict=False)]
 
 
 class MultiLazyBuffer:
@@ -66,11 +74,8 @@ class MultiLazyBuffer:
     @property
     def bounds(self) -> list[tuple[int, int]] | None:
         """Cumulative [start, end) of every shard along the axis (None when unsharded)."""
-        if self.axis is None:
-            return None
-        ends = [0, *(lb.shape[self.axis] for lb in self.lbs)]
-        ends = [sum(ends[:i + 1]) for i in range(len(ends))]
-        return list(zip(ends, ends[1:], strict=False))
+        ends = list(itertools.accumulate(self._sizes(), initial=0))
+        return None if self.axis is None else list(zip(ends, ends[1:], strict=False))
 
     @property
     def shape(self) -> Shape:
@@ -87,12 +92,13 @@ class MultiLazyBuffer:
 
     @staticmethod
     def from_sharded(lb: LazyBuffer, devices: Sequence[str], axis: int | None) -> MultiLazyBuffer:
-        """Copy ``lb`` to each device, sliced into ceil(n/k)-sized shards along ``axis``."""
+        """Copy ``lb`` to each device, sliced into ceil(n/k)-sized shards along ``axis``; every shard is a
+        buffer of its own (a COPY even on lb's device), so it can be assigned into without touching lb."""
         devs = [canonical_device(d) for d in devices]
         if not isinstance(lb, LazyBuffer) or not devs:
             raise ValueError(f"from_sharded: needs a LazyBuffer and at least one device, got {lb!r}, {devices!r}")
         if axis is None:
-            return MultiLazyBuffer([lb.copy_to_device(d) for d in devs], None)
+            return MultiLazyBuffer([lb.copy_to_device(d, force=True) for d in devs], None)
         if not (isinstance(axis, int) and 0 <= axis < len(lb.shape)):
             raise ValueError(f"from_sharded: axis {axis!r} out of range for shape {lb.shape}")
         n, k = lb.shape[axis], len(devs)
@@ -100,81 +106,97 @@ class MultiLazyBuffer:
         ranges = [(sz * i, min(n, sz * (i + 1))) for i in range(k)]
         if any(s >= e for s, e in ranges):
             raise ValueError(f"from_sharded: axis {axis} of size {n} over {k} devices gives an empty shard {ranges}")
-        shards = [lb.shrink(_whole(lb.shape, axis, r)).copy_to_device(d) for r, d in zip(ranges, devs, strict=True)]
+        shards = [lb.shrink(_whole(lb.shape, axis, r)).copy_to_device(d, force=True)
+                  for r, d in zip(ranges, devs, strict=True)]
         return MultiLazyBuffer(shards, axis)
 
+    def _sizes(self) -> list[int]:
+        """Each shard's size along the sharded axis (sharded buffers only)."""
+        return [lb.shape[self.axis or 0] for lb in self.lbs]
+
     def copy_to_device(self, device: str) -> LazyBuffer:
-        """Unsharded: the first real shard, copied. Sharded: real shards placed by padding, summed."""
+        """Unsharded: the first real shard, copied. Sharded: the real shards copied, placed at their
+        positions among the real shards by padding, and summed."""
         device = canonical_device(device)
-        if self.axis is None or self.bounds is None:
+        if self.axis is None:
             return self.real_lbs[0].copy_to_device(device)
-        total, axis = self.bounds[-1][1], self.axis
-        parts = [lb.copy_to_device(device).pad(_with_axis([(0, 0)] * len(lb.shape), axis, (s, total - e)))
-                 for lb, r, (s, e) in zip(self.lbs, self.real, self.bounds, strict=True) if r]
+        total, axis = self.shape[self.axis], self.axis
+        parts = [lb.copy_to_device(device).pad(_with_axis([(0, 0)] * len(lb.shape), axis, (p[0], total - p[1])))
+                 for lb, p in zip(self.lbs, _positions(self._sizes(), self.real), strict=True) if p is not None]
         return functools.reduce(lambda x, y: x.e(BinaryOps.ADD, y), parts)
 
-    def _real_range(self, i: int) -> tuple[int, int]:
-        """Where real shard ``i`` sits along the axis of ``shape`` (non-real shards do not count)."""
-        ax = self.axis or 0
-        start = sum(self.lbs[j].shape[ax] for j in range(i) if self.real[j])
-        return start, start + self.lbs[i].shape[ax]
-
-    def _operand(self, i: int, axis: int | None, layout: MultiLazyBuffer) -> LazyBuffer:
-        """Shard ``i`` of this operand laid out like ``layout`` (sliced, or gathered and resliced)."""
-        if self.axis == axis or axis is None:
+    def _operand(self, i: int, axis: int | None, position: tuple[int, int] | None) -> LazyBuffer:
+        """This operand's part of result shard ``i`` (at ``position`` along ``axis``): its own shard when
+        sharded on ``axis``, else the whole tensor (unsharded, or gathered from another axis) sliced."""
+        if self.axis == axis or axis is None or position is None:
             return self.lbs[i]
         whole = self.lbs[i] if self.axis is None else self.copy_to_device(self.lbs[i].device)
-        return whole.shrink(_whole(whole.shape, axis, layout._real_range(i)))
+        return whole.shrink(_whole(whole.shape, axis, position))
 
     def e(self, op: UnaryOps | BinaryOps | TernaryOps, *in_srcs: MultiLazyBuffer, arg: Any = None) -> MultiLazyBuffer:
-        """Elementwise op over operands on the same devices; axis: the last non-None one."""
+        """Elementwise op over operands on the same devices; axis: the last non-None one; real: the AND
+        of the operands' masks, where an operand sharded on another axis counts as real everywhere."""
         msrcs = (self, *in_srcs)
         if not all(isinstance(m, MultiLazyBuffer) for m in msrcs):
             raise ValueError(f"e: every operand of {op!r} must be a MultiLazyBuffer, got {in_srcs!r}")
         out_dtype = check_e(op, [(m.shape, m.dtype, m.device) for m in msrcs])
         axis = next((m.axis for m in reversed(msrcs) if m.axis is not None), None)
-        layout = next((m for m in reversed(msrcs) if m.axis == axis), self)
-        real = [all(rs) for rs in zip(*(m.real for m in msrcs), strict=True)]
-        if not any(real):
-            raise ValueError(f"{op.name}: the operands' real masks {[m.real for m in msrcs]} leave no real shard")
+        layout = next(m for m in msrcs if m.axis == axis)
+        if axis is not None and any(m.axis == axis and m._sizes() != layout._sizes() for m in msrcs):
+            raise ValueError(f"{op.name}: operands sharded on axis {axis} have different bounds "
+                             f"{[m.bounds for m in msrcs]}")
+        masks = [m.real if m.axis in (None, axis) else [True] * len(m.lbs) for m in msrcs]
+        real = [all(rs) for rs in zip(*masks, strict=True)]
+        positions = _positions(layout._sizes() if axis is not None else [0] * len(real), real)
+        if not any(real) or (axis is not None and sum(p[1] - p[0] for p in positions if p) != self.shape[axis]):
+            raise ValueError(f"{op.name}: the operands' real masks {[m.real for m in msrcs]} leave no real shard or "
+                             f"do not cover axis {axis}")
         lbs = []
         for i, lb in enumerate(layout.lbs):
             if real[i]:
-                srcs = [m._operand(i, axis, layout) for m in msrcs]
+                srcs = [m._operand(i, axis, positions[i]) for m in msrcs]
                 lbs.append(srcs[0].e(op, *srcs[1:], arg=arg))
             else:
                 lbs.append(LazyBuffer.loadop(LoadOps.CONST, lb.shape, out_dtype, lb.device, 0))
         return MultiLazyBuffer(lbs, axis, real)
 
     def r(self, op: ReduceOps, axis: tuple[int, ...]) -> MultiLazyBuffer:
-        """Reduce; over the sharded axis the shard results are all-reduced (all real) or kept."""
+        """Reduce; over the sharded axis the real shards' results are all-reduced among the real shards
+        (the others become zeros) and the result is unsharded, keeping ``real``."""
         axes, _ = check_r(op, self.shape, self.device, axis)
         if self.axis is None or self.axis not in axes:
             return MultiLazyBuffer([lb.r(op, axes) for lb in self.lbs], self.axis, self.real)
-        parts = [(lb if r else lb.const(0)).r(op, axes) for lb, r in zip(self.lbs, self.real, strict=True)]
-        if not all(self.real):
-            return MultiLazyBuffer(parts, None, self.real)
+        parts = [lb.r(op, axes) for lb in self.real_lbs]
         combine = BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
-        return MultiLazyBuffer([functools.reduce(lambda x, y: x.e(combine, y), [p.copy_to_device(d) for p in parts])
-                                for d in self.device], None)
+
+        def all_reduced(device: str) -> LazyBuffer:
+            return functools.reduce(lambda x, y: x.e(combine, y), [p.copy_to_device(device) for p in parts])
+        return MultiLazyBuffer([all_reduced(lb.device) if r else lb.const(0, parts[0].shape)
+                                for lb, r in zip(self.lbs, self.real, strict=True)], None, self.real)
 
     def const(self, val: ConstType) -> MultiLazyBuffer:
-        """A constant per shard, keeping axis and real."""
-        return MultiLazyBuffer([lb.const(val) for lb in self.lbs], self.axis, self.real)
+        """``val`` in every real shard, zeros in the others; keeps axis and real."""
+        return MultiLazyBuffer([lb.const(val if r else 0) for lb, r in zip(self.lbs, self.real, strict=True)],
+                               self.axis, self.real)
 
     def cast(self, dtype: DType, bitcast: bool = False) -> MultiLazyBuffer:
         """Cast per shard."""
         return MultiLazyBuffer([lb.cast(dtype, bitcast) for lb in self.lbs], self.axis, self.real)
 
     def contiguous(self) -> MultiLazyBuffer:
-        """CONTIGUOUS per shard."""
-        return MultiLazyBuffer([lb.contiguous() for lb in self.lbs], self.axis, self.real)
+        """CONTIGUOUS of every real shard (the others stay the zeros they are)."""
+        return MultiLazyBuffer([lb.contiguous() if r else lb for lb, r in zip(self.lbs, self.real, strict=True)],
+                               self.axis, self.real)
 
     def assign(self, x: MultiLazyBuffer) -> MultiLazyBuffer:
-        """Assign shard by shard; ``x`` must be laid out like self."""
-        if not isinstance(x, MultiLazyBuffer) or x.device != self.device or x.axis != self.axis:
-            raise ValueError(f"ASSIGN: {x!r} is not a MultiLazyBuffer on {self.device} with axis {self.axis}")
-        return MultiLazyBuffer([s.assign(d) for s, d in zip(self.lbs, x.lbs, strict=True)], self.axis, self.real)
+        """Assign into every real shard; ``x`` must have self's devices, shape, axis and shard sizes and
+        be real wherever self is."""
+        if not isinstance(x, MultiLazyBuffer) or (x.device, x.shape, x.axis) != (self.device, self.shape, self.axis) \
+                or (self.axis is not None and x._sizes() != self._sizes()) \
+                or any(r and not xr for r, xr in zip(self.real, x.real, strict=True)):
+            raise ValueError(f"ASSIGN: {x!r} is not laid out like the target {self!r}")
+        return MultiLazyBuffer([s.assign(d) if r else s for s, d, r in zip(self.lbs, x.lbs, self.real, strict=True)],
+                               self.axis, self.real)
 
     def _reshaped_axis(self, ax: int, new: Shape) -> int:
         """The sharded axis after reshaping to ``new``: the last dim with the old prefix product."""
@@ -226,18 +248,19 @@ class MultiLazyBuffer:
         return MultiLazyBuffer([lb.permute(order) for lb in self.lbs], axis, self.real)
 
     def shrink(self, arg: Any) -> MultiLazyBuffer:
-        """Shrink per shard; on the sharded axis only the whole axis or exactly one shard's bound."""
+        """Shrink per shard; on the sharded axis only the whole axis or exactly one real shard's range."""
         pairs = check_movement("shrink", self.shape, arg)[0]
-        ax, bounds = self.axis, self.bounds
-        if ax is None or bounds is None:
+        ax = self.axis
+        if ax is None:
             return MultiLazyBuffer([lb.shrink(pairs) for lb in self.lbs], None, self.real)
         if pairs[ax] == (0, self.shape[ax]):
             return MultiLazyBuffer([lb.shrink(_with_axis(pairs, ax, (0, lb.shape[ax]))) for lb in self.lbs],
                                    ax, self.real)
-        if pairs[ax] not in bounds or pairs != _whole(self.shape, ax, pairs[ax]):
-            raise ValueError(f"shrink: {arg!r} on sharded axis {ax} must keep the whole axis or exactly one "
-                             f"shard bound {bounds}, with every other axis whole")
-        idx = bounds.index(pairs[ax])
+        positions = _positions(self._sizes(), self.real)
+        if positions.count(pairs[ax]) != 1 or pairs != _whole(self.shape, ax, pairs[ax]):
+            raise ValueError(f"shrink: {arg!r} on sharded axis {ax} must keep the whole axis or exactly one real "
+                             f"shard's range {positions}, with every other axis whole")
+        idx = positions.index(pairs[ax])
         return MultiLazyBuffer([lb if i == idx else lb.const(0) for i, lb in enumerate(self.lbs)], ax,
                                [i == idx for i in range(len(self.lbs))])
 

@@ -1,6 +1,7 @@
 """Helpers for the value tests: everything goes through an implementation's public API."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -10,6 +11,11 @@ DEV = "CLANG"
 INTS = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 FLOATS = ["float16", "bfloat16", "float32", "float64"]
 ALL = ["bool", *INTS, *FLOATS]
+
+
+def disk(tmp_path: Path, name: str = "disk") -> str:
+    """A DISK device backed by a file of this test's own temporary directory (parallel-safe)."""
+    return f"DISK:{tmp_path / name}"
 
 
 def dt(impl: ModuleType, name: str) -> Any:
@@ -67,7 +73,7 @@ def edges(name: str) -> list[int]:
     return sorted({lo, lo + 1, -1 if lo else 0, 0, 1, 2, 7, hi - 1, hi})
 
 
-def same_float(a: np.ndarray, b: np.ndarray) -> bool:
+def same_float(a: Any, b: Any) -> bool:
     """Exact float equality where NaN == NaN (and -0.0 == 0.0)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return a.shape == b.shape and bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ def _trunc_mod(a: int, b: int) -> int:
     return a if b == 0 else a - _trunc_div(a, b) * b
 
 
-INT_ORACLE = {
+INT_ORACLE: dict[str, Any] = {
     "ADD": lambda a, b: a + b, "SUB": lambda a, b: a - b, "MUL": lambda a, b: a * b,
     "DIV": _trunc_div, "MOD": _trunc_mod, "MAX": max, "XOR": lambda a, b: a ^ b,
 }

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ref_util import DEV, buf, op
+from ref_util import DEV, buf, disk, op
 
 F = lambda impl: buf(impl, np.ones((2, 3)), "float32")  # noqa: E731
 I = lambda impl: buf(impl, np.ones((2, 3)), "int32")  # noqa: E731
@@ -55,6 +55,8 @@ CASES = [
     (TypeError, "ASSIGN", lambda impl: F(impl).assign(I(impl))),
     (TypeError, "complex", lambda impl: impl.from_numpy(np.ones(2, np.complex64), DEV)),
     (RuntimeError, "ASSIGN", lambda impl: F(impl).reshape((3, 2)).assign(F(impl).reshape((3, 2)))),
+    (RuntimeError, "ASSIGN", lambda impl: F(impl).reshape((3, 2)).assign(F(impl))),  # a view: checked first
+    (RuntimeError, "ASSIGN", lambda impl: F(impl).e(op(impl, "ADD"), F(impl)).assign(I(impl))),  # unrealized
 ]
 
 
@@ -65,26 +67,25 @@ def test_documented_errors(impl, kind, text, call):
     assert text.lower() in str(info.value).lower()
 
 
-DISK = "DISK:/tmp/ref-test-disk"
-
-
 @pytest.mark.parametrize("name,call", [
     ("ADD", lambda impl, d: d.e(op(impl, "ADD"), d)),
     ("NEG", lambda impl, d: d.e(op(impl, "NEG"))),
     ("SUM", lambda impl, d: d.r(impl.ReduceOps.SUM, (0,))),
     ("CAST", lambda impl, d: d.cast(impl.dtypes.float32)),
-    ("CONTIGUOUS", lambda impl, d: d.contiguous()),
+    ("CONTIGUOUS", lambda impl, d: d.stride((-1,)).contiguous()),
+    ("CONTIGUOUS", lambda impl, d: d.pad(((1, 0),)).contiguous()),
+    ("BITCAST", lambda impl, d: d.stride((2,)).cast(impl.dtypes.int16, bitcast=True)),
     ("CONST", lambda impl, d: d.const(1)),
 ])
-def test_compute_on_disk_is_runtime_error(impl, name, call):
-    d = buf(impl, np.arange(8, dtype=np.int32), "int32").copy_to_device(DISK)
+def test_compute_on_disk_is_runtime_error(impl, tmp_path, name, call):
+    d = buf(impl, np.arange(8, dtype=np.int32), "int32").copy_to_device(disk(tmp_path))
     with pytest.raises(RuntimeError) as info:
         call(impl, d)
     assert name in str(info.value) and "DISK" in str(info.value)
 
 
-def test_disk_shape_changing_bitcast_errors(impl):
-    d = buf(impl, np.arange(6, dtype=np.int8).reshape(2, 3), "int8").copy_to_device(DISK)
+def test_disk_shape_changing_bitcast_errors(impl, tmp_path):
+    d = buf(impl, np.arange(6, dtype=np.int8).reshape(2, 3), "int8").copy_to_device(disk(tmp_path))
     with pytest.raises(ValueError, match="BITCAST"):
         d.cast(impl.dtypes.int16, bitcast=True)  # 3 bytes do not divide into int16
     with pytest.raises(TypeError, match="BITCAST"):

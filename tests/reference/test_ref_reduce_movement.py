@@ -80,7 +80,7 @@ NUMPY_EQUIV = {
     ("stride", (1, -3, 1)), ("shrink", ((1, 1), (0, 3), (0, 2))),
 ])
 def test_movement_matches_numpy(impl, name, arg):
-    x = np.arange(12, dtype=np.int32).reshape((2, 3, 2))
+    x: np.ndarray = np.arange(12, dtype=np.int32).reshape((2, 3, 2))
     b = buf(impl, x, "int32")
     if name == "expand":
         x, b = x.reshape(1, 2, 3, 2), b.reshape((1, 2, 3, 2))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from ref_util import buf, op, same_float
+from ref_util import buf, disk, op, same_float
 
 D2 = ("CLANG:0", "CLANG:1")
 
@@ -82,9 +82,9 @@ def test_half_chain_rounded_per_op(impl):
     assert impl.to_numpy(chain).tolist() == [0.0]
 
 
-def test_disk_slice_bitcast_and_non_consecutive_copy(impl):
+def test_disk_slice_bitcast_and_non_consecutive_copy(impl, tmp_path):
     x = np.arange(32, dtype=np.uint8).reshape(4, 8)
-    d = impl.from_numpy(x, "DISK:/tmp/ref-trap")
+    d = impl.from_numpy(x, disk(tmp_path))
     s = d.shrink(((1, 3), (2, 6))).cast(impl.dtypes.uint32, bitcast=True)
     assert s.shape == (2, 1) and impl.to_numpy(s).tolist() == x[1:3, 2:6].copy().view(np.uint32).tolist()
     v = d.stride((2, -3)).copy_to_device("CLANG")
