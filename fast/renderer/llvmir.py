@@ -1,0 +1,518 @@
+"""LLVM IR renderer: a `LinearProgram` as one LLVM function with no undefined behaviour and no poison.
+
+Output: `define void @<name>(ptr %data0, ..., i64 %var0, ...)`, the same parameter order and value
+semantics as the C renderer (fast/renderer/c.py), so LLVM and CLANG agree bit for bit on every op x
+dtype (transcendentals up to libm ulps). Pointers carry no `noalias` (an in-place kernel may read its
+own output) and accesses are `align 1` (views may sit at any byte offset).
+
+How docs/semantics.md is kept:
+- values: `bool` is `i1` (stored as an `i8` 0/1; loads normalise with `!= 0`); `float16`/`bfloat16`
+  are `i16` bit patterns; each op decodes them to float, computes in float32 and encodes with
+  round-to-nearest-even in integer code (`@f32_to_f16`, `@f32_to_bf16`: the C helpers' algorithms).
+- integers: `add/sub/mul` carry no `nsw/nuw`, so they wrap. `sdiv/srem/udiv/urem` get a divisor of 1
+  substituted (by `select`, before the division) for 0 and -1, then the documented result is
+  selected: `x/0 = 0`, `x%0 = x`, `x/-1 = 0-x` (so `MIN/-1 = MIN`), `x%-1 = 0`.
+- float -> int: the double value is replaced by 0.0 unless trunc(x) fits the target (ordered
+  compares, so NaN fails), then `fptosi/fptoui` (never poison); out of range / NaN / inf give 0,
+  like the C helpers `f2i_*`.
+- float MAX: NaN if either operand is NaN (`fcmp uno`), else `a > b ? a : b` (never `maxnum`);
+  CMPLT/CMPEQ are `fcmp olt/oeq` (false on NaN); no fast-math flags anywhere; MULACC is `fmul`
+  then `fadd` (never `fma`/`fmuladd`, and without `contract` flags LLVM does not fuse them).
+- EXP2/LOG2/SIN/SQRT are the `llvm.exp2/log2/sin/sqrt` intrinsics (libm calls or, for sqrt, the
+  correctly rounded instruction).
+- index arithmetic is i64; masked loads and stores branch around the access (the address is only
+  computed and dereferenced on the valid path); GEPs are plain (never `inbounds`).
+- accumulators are `alloca`s in the entry block (promoted to registers by the optimiser).
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+import numpy as np
+
+from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram
+from fast.dtype import ConstType, DType, dtypes
+from fast.ops import BinaryOps, TernaryOps, UnaryOps, float32_to_bfloat16_bits, wrap_int
+from fast.renderer.base import Renderer, RendererOptions
+
+VALUE_TYPES: dict[DType, str] = {
+    dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+    dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "i16",
+    dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double",
+}
+HALVES = (dtypes.float16, dtypes.bfloat16)
+_SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+_INTRINSICS = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}
+_FLOAT_INFIX = {BinaryOps.ADD: "fadd", BinaryOps.SUB: "fsub", BinaryOps.MUL: "fmul", BinaryOps.DIV: "fdiv"}
+_INT_INFIX = {BinaryOps.ADD: "add", BinaryOps.SUB: "sub", BinaryOps.MUL: "mul", BinaryOps.XOR: "xor"}
+
+_F16_HELPERS = """define internal float @f16_to_f32(i16 %h) #0 {
+  %x = zext i16 %h to i32
+  %s0 = and i32 %x, 32768
+  %sign = shl i32 %s0, 16
+  %e0 = lshr i32 %x, 10
+  %exponent = and i32 %e0, 31
+  %mantissa = and i32 %x, 1023
+  %m13 = shl i32 %mantissa, 13
+  %i0 = or i32 %sign, 2139095040
+  %special = or i32 %i0, %m13
+  %e1 = add i32 %exponent, 112
+  %e2 = shl i32 %e1, 23
+  %n0 = or i32 %sign, %e2
+  %normal = or i32 %n0, %m13
+  %mf = uitofp i32 %mantissa to float
+  %sv = fmul float %mf, 0x3E70000000000000
+  %sb = bitcast float %sv to i32
+  %subnormal = or i32 %sb, %sign
+  %is_special = icmp eq i32 %exponent, 31
+  %is_subnormal = icmp eq i32 %exponent, 0
+  %r0 = select i1 %is_subnormal, i32 %subnormal, i32 %normal
+  %r = select i1 %is_special, i32 %special, i32 %r0
+  %f = bitcast i32 %r to float
+  ret float %f
+}
+define internal i16 @f32_to_f16(float %value) #0 {
+  %x = bitcast float %value to i32
+  %top = lshr i32 %x, 16
+  %sign = and i32 %top, 32768
+  %ax = and i32 %x, 2147483647
+  %is_nan = icmp ugt i32 %ax, 2139095040
+  %frac = and i32 %ax, 8388607
+  %p0 = lshr i32 %frac, 13
+  %p_zero = icmp eq i32 %p0, 0
+  %payload = select i1 %p_zero, i32 1, i32 %p0
+  %sign_inf = or i32 %sign, 31744
+  %nan = or i32 %sign_inf, %payload
+  %is_inf = icmp uge i32 %ax, 1199566848
+  %is_normal = icmp uge i32 %ax, 947912704
+  %o0 = lshr i32 %ax, 13
+  %odd = and i32 %o0, 1
+  %n1 = add i32 %ax, 4095
+  %n2 = add i32 %n1, %odd
+  %n3 = sub i32 %n2, 939524096
+  %n4 = lshr i32 %n3, 13
+  %normal = or i32 %sign, %n4
+  %is_zero = icmp ule i32 %ax, 855638016
+  %exponent = lshr i32 %ax, 23
+  %lo = icmp ult i32 %exponent, 102
+  %c0 = select i1 %lo, i32 102, i32 %exponent
+  %hi = icmp ugt i32 %c0, 112
+  %c1 = select i1 %hi, i32 112, i32 %c0
+  %shift = sub i32 126, %c1
+  %mant = or i32 %frac, 8388608
+  %q0 = lshr i32 %mant, %shift
+  %unit = shl i32 1, %shift
+  %mask = sub i32 %unit, 1
+  %rest = and i32 %mant, %mask
+  %shift1 = sub i32 %shift, 1
+  %half = shl i32 1, %shift1
+  %gt = icmp ugt i32 %rest, %half
+  %tie = icmp eq i32 %rest, %half
+  %q_odd = trunc i32 %q0 to i1
+  %tie_up = and i1 %tie, %q_odd
+  %up = or i1 %gt, %tie_up
+  %up32 = zext i1 %up to i32
+  %q = add i32 %q0, %up32
+  %subnormal = or i32 %sign, %q
+  %r3 = select i1 %is_zero, i32 %sign, i32 %subnormal
+  %r2 = select i1 %is_normal, i32 %normal, i32 %r3
+  %r1 = select i1 %is_inf, i32 %sign_inf, i32 %r2
+  %r0 = select i1 %is_nan, i32 %nan, i32 %r1
+  %r = trunc i32 %r0 to i16
+  ret i16 %r
+}
+"""
+_BF16_HELPERS = """define internal float @bf16_to_f32(i16 %h) #0 {
+  %x = zext i16 %h to i32
+  %b = shl i32 %x, 16
+  %f = bitcast i32 %b to float
+  ret float %f
+}
+define internal i16 @f32_to_bf16(float %value) #0 {
+  %x = bitcast float %value to i32
+  %ax = and i32 %x, 2147483647
+  %is_nan = icmp ugt i32 %ax, 2139095040
+  %top = lshr i32 %x, 16
+  %sign = and i32 %top, 32768
+  %nan = or i32 %sign, 32704
+  %odd = and i32 %top, 1
+  %r0 = add i32 %x, 32767
+  %r1 = add i32 %r0, %odd
+  %r2 = lshr i32 %r1, 16
+  %r = select i1 %is_nan, i32 %nan, i32 %r2
+  %t = trunc i32 %r to i16
+  ret i16 %t
+}
+"""
+
+
+def float_literal(value: float) -> str:
+    """An exact LLVM float/double literal (the double's bits in hex; any NaN is the quiet NaN)."""
+    value = math.nan if math.isnan(value) else value
+    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+def render_const(value: ConstType, dtype: DType) -> str:
+    """An exact LLVM literal of `dtype`'s value type (half floats as their signed i16 bit pattern)."""
+    if dtype == dtypes.bool:
+        return "true" if value else "false"
+    if dtype in HALVES:
+        bits = int(np.array(value, np.float16).view(np.uint16)) if dtype == dtypes.float16 \
+            else float32_to_bfloat16_bits(float(value))
+        return str(wrap_int(bits, dtypes.int16))
+    if dtypes.is_int(dtype):
+        return str(wrap_int(int(value), _SIGNED[dtype.itemsize]))
+    return float_literal(float(value))
+
+
+def _divmod_helpers(dtype: DType) -> str:
+    """`@div_T`/`@mod_T`: a divisor of 0 (and -1 when signed) is replaced by 1 before dividing."""
+    t, name, signed = VALUE_TYPES[dtype], dtype.name, not dtypes.is_unsigned(dtype)
+    special = f"  %minus1 = icmp eq {t} %b, -1\n  %special = or i1 %zero, %minus1\n" if signed else ""
+    substitute = "%special" if signed else "%zero"
+    head = f"  %zero = icmp eq {t} %b, 0\n{special}  %safe = select i1 {substitute}, {t} 1, {t} %b\n"
+    if signed:
+        div = (f"  %q = sdiv {t} %a, %safe\n  %neg = sub {t} 0, %a\n  %q1 = select i1 %minus1, {t} %neg, {t} %q\n"
+               f"  %r = select i1 %zero, {t} 0, {t} %q1\n")
+        mod = f"  %m = srem {t} %a, %safe\n  %m1 = select i1 %minus1, {t} 0, {t} %m\n" \
+              f"  %r = select i1 %zero, {t} %a, {t} %m1\n"
+    else:
+        div = f"  %q = udiv {t} %a, %safe\n  %r = select i1 %zero, {t} 0, {t} %q\n"
+        mod = f"  %m = urem {t} %a, %safe\n  %r = select i1 %zero, {t} %a, {t} %m\n"
+    return (f"define internal {t} @div_{name}({t} %a, {t} %b) #0 {{\n{head}{div}  ret {t} %r\n}}\n"
+            f"define internal {t} @mod_{name}({t} %a, {t} %b) #0 {{\n{head}{mod}  ret {t} %r\n}}\n")
+
+
+def _float_max_helper(t: str) -> str:
+    return (f"define internal {t} @max_{t}({t} %a, {t} %b) #0 {{\n  %a_nan = fcmp uno {t} %a, %a\n"
+            f"  %b_nan = fcmp uno {t} %b, %b\n  %gt = fcmp ogt {t} %a, %b\n  %m0 = select i1 %gt, {t} %a, {t} %b\n"
+            f"  %m1 = select i1 %b_nan, {t} %b, {t} %m0\n  %m = select i1 %a_nan, {t} %a, {t} %m1\n  ret {t} %m\n}}\n")
+
+
+def _cast_helper(dtype: DType) -> str:
+    """`@f2i_T(double)`: trunc(x) when it fits `dtype` (ordered compares: NaN fails), else 0."""
+    bits, t = 8 * dtype.itemsize, VALUE_TYPES[dtype]
+    if dtypes.is_unsigned(dtype):
+        low, high, convert = f"ogt double %x, {float_literal(-1.0)}", float(2**bits), "fptoui"
+    elif bits == 64:  # -2^63 - 1 is not a double; nothing lies strictly between it and -2^63
+        low, high, convert = f"oge double %x, {float_literal(-(2.0**63))}", 2.0**63, "fptosi"
+    else:
+        low, high, convert = f"ogt double %x, {float_literal(-(2.0 ** (bits - 1)) - 1)}", 2.0 ** (bits - 1), "fptosi"
+    return (f"define internal {t} @f2i_{dtype.name}(double %x) #0 {{\n  %low = fcmp {low}\n"
+            f"  %high = fcmp olt double %x, {float_literal(high)}\n  %ok = and i1 %low, %high\n"
+            f"  %safe = select i1 %ok, double %x, double {float_literal(0.0)}\n"
+            f"  %r = {convert} double %safe to {t}\n  ret {t} %r\n}}\n")
+
+
+class _Kernel:
+    """Renders one program. `names[n]` is the token of instruction n's value (a literal or `%...`)."""
+
+    def __init__(self, program: LinearProgram) -> None:
+        self.program = program
+        self.names: dict[int, str] = {}
+        self.helpers: dict[str, str] = {}
+        self.allocas: list[str] = []
+        self.lines: list[str] = []
+        self.block = "entry"
+        self.temps = 0
+
+    # -- emission
+    def need(self, name: str, source: str) -> str:
+        self.helpers.setdefault(name, source)
+        return name
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def value(self, expr: str) -> str:
+        """Emit `%tN = expr`; returns `%tN`."""
+        self.temps += 1
+        self.emit(f"%t{self.temps} = {expr}")
+        return f"%t{self.temps}"
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+        self.block = name
+
+    def operand(self, src: int) -> str:
+        """The token of `src`; an accumulator is read (loaded) at this point."""
+        instr = self.program.instrs[src]
+        if instr.op is IROps.DEFINE_ACC:
+            return self.value(f"load {VALUE_TYPES[instr.dtype]}, ptr {self.names[src]}")  # type: ignore[index]
+        return self.names[src]
+
+    # -- half floats
+    def decode(self, dtype: DType, token: str) -> str:
+        """`token` as a value of the compute type (half -> float; others unchanged)."""
+        if dtype not in HALVES:
+            return token
+        prefix = "f16" if dtype == dtypes.float16 else "bf16"
+        self.need(dtype.name, _F16_HELPERS if dtype == dtypes.float16 else _BF16_HELPERS)
+        return self.value(f"call float @{prefix}_to_f32(i16 {token})")
+
+    def encode(self, dtype: DType, token: str) -> str:
+        """A compute-type value rounded to `dtype` (identity for non-half dtypes)."""
+        if dtype not in HALVES:
+            return token
+        prefix = "f16" if dtype == dtypes.float16 else "bf16"
+        self.need(dtype.name, _F16_HELPERS if dtype == dtypes.float16 else _BF16_HELPERS)
+        return self.value(f"call i16 @f32_to_{prefix}(float {token})")
+
+    # -- ALU
+    def int_alu(self, op: object, dtype: DType, a: list[str]) -> str:
+        t = VALUE_TYPES[dtype]
+        if op in _INT_INFIX:
+            return self.value(f"{_INT_INFIX[op]} {t} {a[0]}, {a[1]}")  # type: ignore[index]
+        if op is UnaryOps.NEG:
+            return self.value(f"sub {t} 0, {a[0]}")
+        if op is TernaryOps.MULACC:
+            return self.value(f"add {t} {self.value(f'mul {t} {a[0]}, {a[1]}')}, {a[2]}")
+        if op in (BinaryOps.DIV, BinaryOps.MOD):
+            self.need(f"divmod_{dtype.name}", _divmod_helpers(dtype))
+            helper = f"{'div' if op is BinaryOps.DIV else 'mod'}_{dtype.name}"
+            return self.value(f"call {t} @{helper}({t} {a[0]}, {t} {a[1]})")
+        if op is BinaryOps.MAX:
+            greater = self.value(f"icmp {'ugt' if dtypes.is_unsigned(dtype) else 'sgt'} {t} {a[0]}, {a[1]}")
+            return self.value(f"select i1 {greater}, {t} {a[0]}, {t} {a[1]}")
+        raise ValueError(f"LLVM renderer: {op} is not defined for {dtype.name}")
+
+    def bool_alu(self, op: object, a: list[str]) -> str:
+        if op in (BinaryOps.ADD, BinaryOps.MAX):
+            return self.value(f"or i1 {a[0]}, {a[1]}")
+        if op is BinaryOps.MUL:
+            return self.value(f"and i1 {a[0]}, {a[1]}")
+        if op is BinaryOps.XOR:
+            return self.value(f"xor i1 {a[0]}, {a[1]}")
+        if op is BinaryOps.MOD:
+            return self.value(f"and i1 {a[0]}, {self.value(f'xor i1 {a[1]}, true')}")
+        if op is TernaryOps.MULACC:
+            return self.value(f"or i1 {self.value(f'and i1 {a[0]}, {a[1]}')}, {a[2]}")
+        raise ValueError(f"LLVM renderer: {op} is not defined for bool")
+
+    def float_alu(self, op: object, dtype: DType, a: list[str]) -> str:
+        """The op on decoded operands, rounded to `dtype` (half: every rounding step explicit)."""
+        t = "double" if dtype == dtypes.float64 else "float"
+        x = [self.decode(dtype, token) for token in a]
+        if op in _INTRINSICS:
+            name = f"llvm.{_INTRINSICS[op]}.{'f64' if t == 'double' else 'f32'}"  # type: ignore[index]
+            self.need(name, f"declare {t} @{name}({t})\n")
+            result = self.value(f"call {t} @{name}({t} {x[0]})")
+        elif op in _FLOAT_INFIX:
+            result = self.value(f"{_FLOAT_INFIX[op]} {t} {x[0]}, {x[1]}")  # type: ignore[index]
+        elif op is UnaryOps.NEG:
+            result = self.value(f"fneg {t} {x[0]}")
+        elif op is BinaryOps.MAX:
+            self.need(f"max_{t}", _float_max_helper(t))
+            result = self.value(f"call {t} @max_{t}({t} {x[0]}, {t} {x[1]})")
+        elif op is TernaryOps.MULACC:
+            product = self.decode(dtype, self.encode(dtype, self.value(f"fmul {t} {x[0]}, {x[1]}")))
+            result = self.value(f"fadd {t} {product}, {x[2]}")
+        else:
+            raise ValueError(f"LLVM renderer: {op} is not defined for {dtype.name}")
+        return self.encode(dtype, result)
+
+    def to_int(self, source: DType, target: DType, token: str) -> str:
+        """CAST to an integer dtype: floats through `@f2i_T`, bools zero-extended, ints wrapped."""
+        t = VALUE_TYPES[target]
+        if dtypes.is_float(source):
+            value = self.decode(source, token)
+            if source != dtypes.float64:
+                value = self.value(f"fpext float {value} to double")
+            return self.value(f"call {t} @{self.need(f'f2i_{target.name}', _cast_helper(target))}(double {value})")
+        if source == dtypes.bool:
+            return self.value(f"zext i1 {token} to {t}")
+        if source.itemsize == target.itemsize:
+            return token
+        if source.itemsize > target.itemsize:
+            return self.value(f"trunc {VALUE_TYPES[source]} {token} to {t}")
+        extend = "zext" if dtypes.is_unsigned(source) else "sext"
+        return self.value(f"{extend} {VALUE_TYPES[source]} {token} to {t}")
+
+    def to_float(self, source: DType, target: DType, token: str) -> str:
+        """CAST to a float dtype: one rounding to float32/float64, then RNE to a half target."""
+        compute = "double" if target == dtypes.float64 else "float"
+        value = self.decode(source, token)
+        if source == dtypes.bool or dtypes.is_int(source):
+            convert = "uitofp" if source == dtypes.bool or dtypes.is_unsigned(source) else "sitofp"
+            value = self.value(f"{convert} {VALUE_TYPES[source]} {value} to {compute}")
+        elif source == dtypes.float64 and compute == "float":
+            value = self.value(f"fptrunc double {value} to float")
+        elif source != dtypes.float64 and compute == "double":
+            value = self.value(f"fpext float {value} to double")
+        return self.encode(target, value)
+
+    def cast(self, source: DType, target: DType, token: str) -> str:
+        if source == target:
+            return token
+        if target == dtypes.bool:
+            if dtypes.is_float(source):
+                t = "double" if source == dtypes.float64 else "float"
+                return self.value(f"fcmp une {t} {self.decode(source, token)}, {float_literal(0.0)}")
+            return self.value(f"icmp ne {VALUE_TYPES[source]} {token}, 0")
+        if dtypes.is_int(target):
+            return self.to_int(source, target, token)
+        return self.to_float(source, target, token)
+
+    def compare(self, op: object, dtype: DType, a: list[str]) -> str:
+        if dtype == dtypes.bool and op is BinaryOps.CMPLT:
+            return self.value(f"and i1 {self.value(f'xor i1 {a[0]}, true')}, {a[1]}")
+        if dtypes.is_float(dtype):
+            x, t = [self.decode(dtype, token) for token in a], "double" if dtype == dtypes.float64 else "float"
+            return self.value(f"fcmp {'olt' if op is BinaryOps.CMPLT else 'oeq'} {t} {x[0]}, {x[1]}")
+        predicate = "eq" if op is BinaryOps.CMPEQ else "ult" if dtypes.is_unsigned(dtype) else "slt"
+        return self.value(f"icmp {predicate} {VALUE_TYPES[dtype]} {a[0]}, {a[1]}")
+
+    def alu(self, instr: Instr, src_types: list[DType], a: list[str]) -> str:
+        op, dtype, target = instr.arg, src_types[-1], instr.dtype
+        if op is TernaryOps.WHERE:
+            return self.value(f"select i1 {a[0]}, {VALUE_TYPES[dtype]} {a[1]}, {VALUE_TYPES[dtype]} {a[2]}")
+        if op is UnaryOps.CAST:
+            return self.cast(src_types[0], target, a[0])  # type: ignore[arg-type]
+        if op is UnaryOps.BITCAST:
+            source_type, target_type = VALUE_TYPES[src_types[0]], VALUE_TYPES[target]  # type: ignore[index]
+            return a[0] if source_type == target_type else self.value(f"bitcast {source_type} {a[0]} to {target_type}")
+        if op in (BinaryOps.CMPLT, BinaryOps.CMPEQ):
+            return self.compare(op, dtype, a)
+        if dtype == dtypes.bool:
+            return self.bool_alu(op, a)
+        if dtypes.is_float(dtype):
+            return self.float_alu(op, dtype, a)
+        return self.int_alu(op, dtype, a)
+
+    # -- index arithmetic
+    def index(self, op: IndexOps, divisor_is_const: bool, a: list[str]) -> str:
+        """i64 arithmetic. Floor division/modulo have a positive constant divisor (IR contract); a
+        symbolic NONNEG divisor that is not positive at run time divides by 1 instead of trapping."""
+        if op is IndexOps.CMPLT:
+            return self.value(f"icmp slt i64 {a[0]}, {a[1]}")
+        if op is IndexOps.AND:
+            return self.value(f"and i1 {a[0]}, {a[1]}")
+        if op in (IndexOps.ADD, IndexOps.MUL):
+            return self.value(f"{'add' if op is IndexOps.ADD else 'mul'} i64 {a[0]}, {a[1]}")
+        numerator, divisor = a
+        if not divisor_is_const:
+            divisor = self.value(f"select i1 {self.value(f'icmp sgt i64 {divisor}, 0')}, i64 {divisor}, i64 1")
+        if op is IndexOps.NONNEG_DIV:
+            return self.value(f"sdiv i64 {numerator}, {divisor}")
+        remainder = self.value(f"srem i64 {numerator}, {divisor}")
+        if op is IndexOps.NONNEG_MOD:
+            return remainder
+        negative = self.value(f"icmp slt i64 {remainder}, 0")
+        if op is IndexOps.FLOORMOD:
+            wrapped = self.value(f"add i64 {remainder}, {divisor}")
+            return self.value(f"select i1 {negative}, i64 {wrapped}, i64 {remainder}")
+        quotient = self.value(f"sdiv i64 {numerator}, {divisor}")
+        return self.value(f"sub i64 {quotient}, {self.value(f'zext i1 {negative} to i64')}")
+
+    # -- memory
+    def address(self, buffer: int, index: str) -> tuple[str, str]:
+        """(memory type, pointer token) of element `index` of buffer `buffer` (plain GEP, no inbounds)."""
+        dtype = self.program.buffers[buffer].dtype
+        memory = "i8" if dtype == dtypes.bool else VALUE_TYPES[dtype]
+        return memory, self.value(f"getelementptr {memory}, ptr %data{buffer}, i64 {index}")
+
+    def load(self, number: int, instr: Instr, a: list[str]) -> str:
+        """buffer[index]; with a validity operand the access happens only on the valid branch."""
+        dtype: DType = instr.dtype  # type: ignore[assignment]
+        if len(a) == 2:
+            before, taken, done = self.block, f"M{number}.load", f"M{number}.done"
+            self.emit(f"br i1 {a[1]}, label %{taken}, label %{done}")
+            self.label(taken)
+        memory, pointer = self.address(instr.arg, a[0])
+        element = self.value(f"load {memory}, ptr {pointer}, align 1")
+        if dtype == dtypes.bool:
+            element = self.value(f"icmp ne i8 {element}, 0")
+        if len(a) == 1:
+            return element
+        self.emit(f"br label %{done}")
+        self.label(done)
+        return self.value(f"phi {VALUE_TYPES[dtype]} [ {element}, %{taken} ], [ {render_const(0, dtype)}, %{before} ]")
+
+    def store(self, number: int, instr: Instr, a: list[str]) -> None:
+        if len(a) == 3:
+            taken, done = f"S{number}.store", f"S{number}.done"
+            self.emit(f"br i1 {a[2]}, label %{taken}, label %{done}")
+            self.label(taken)
+        memory, pointer = self.address(instr.arg, a[0])
+        value = a[1]
+        if self.program.buffers[instr.arg].dtype == dtypes.bool:
+            value = self.value(f"zext i1 {value} to i8")
+        self.emit(f"store {memory} {value}, ptr {pointer}, align 1")
+        if len(a) == 3:
+            self.emit(f"br label %{done}")
+            self.label(done)
+
+    # -- control flow and instructions
+    def loop(self, number: int, a: list[str]) -> None:
+        counter, head = f"%loop{number}", f"L{number}.head"
+        before = self.block
+        self.emit(f"br label %{head}")
+        self.label(head)
+        self.emit(f"{counter} = phi i64 [ {a[0]}, %{before} ], [ {counter}.next, %L{number}.latch ]")
+        more = self.value(f"icmp slt i64 {counter}, {a[1]}")
+        self.emit(f"br i1 {more}, label %L{number}.body, label %L{number}.exit")
+        self.label(f"L{number}.body")
+        self.names[number] = counter
+
+    def end_loop(self, loop: int) -> None:
+        self.emit(f"br label %L{loop}.latch")
+        self.label(f"L{loop}.latch")
+        self.emit(f"%loop{loop}.next = add i64 %loop{loop}, 1")
+        self.emit(f"br label %L{loop}.head")
+        self.label(f"L{loop}.exit")
+
+    def statement(self, number: int, instr: Instr) -> None:
+        """Emit one instruction, recording the token of its value in `names`."""
+        op, dtype = instr.op, instr.dtype
+        if op is IROps.CONST:
+            self.names[number] = render_const(instr.arg, dtype)  # type: ignore[arg-type]
+        elif op is IROps.DEFINE_VAR:
+            self.names[number] = f"%var{self.program.var_names.index(instr.arg)}"
+        elif op is IROps.DEFINE_ACC:
+            self.names[number] = f"%acc{number}"
+            self.allocas.append(f"  %acc{number} = alloca {VALUE_TYPES[dtype]}")  # type: ignore[index]
+            self.emit(f"store {VALUE_TYPES[dtype]} {render_const(instr.arg, dtype)}, ptr %acc{number}")  # type: ignore
+        elif op is IROps.ENDLOOP:
+            self.end_loop(instr.srcs[0])
+        elif op is IROps.ASSIGN:
+            acc_type = VALUE_TYPES[self.program.instrs[instr.srcs[0]].dtype]  # type: ignore[index]
+            self.emit(f"store {acc_type} {self.operand(instr.srcs[1])}, ptr {self.names[instr.srcs[0]]}")
+        else:
+            a = [self.operand(src) for src in instr.srcs]
+            if op is IROps.LOOP:
+                self.loop(number, a)
+            elif op is IROps.STORE:
+                self.store(number, instr, a)
+            elif op is IROps.LOAD:
+                self.names[number] = self.load(number, instr, a)
+            elif op is IROps.INDEX:
+                divisor_is_const = self.program.instrs[instr.srcs[-1]].op is IROps.CONST
+                self.names[number] = self.index(instr.arg, divisor_is_const, a)
+            else:
+                types: list[DType] = [self.program.instrs[src].dtype for src in instr.srcs]  # type: ignore[misc]
+                self.names[number] = self.alu(instr, types, a)
+
+    def source(self) -> str:
+        for number, instr in enumerate(self.program.instrs):
+            self.statement(number, instr)
+        params = [f"ptr %data{b.idx}" for b in self.program.buffers]
+        params += [f"i64 %var{i}" for i in range(len(self.program.var_names))]
+        comments = "".join(f"; var{i} = {n}\n" for i, n in enumerate(self.program.var_names)
+                           if re.fullmatch(r"[A-Za-z0-9_]+", n))
+        body = "\n".join(["entry:", *self.allocas, *self.lines, "  ret void"])
+        return ("".join(self.helpers.values()) + comments
+                + f"define void @{self.program.name}({', '.join(params)}) #1 {{\n{body}\n}}\n"
+                + "attributes #0 = { alwaysinline nounwind }\nattributes #1 = { nounwind }\n")
+
+
+class LLVMIRRenderer(Renderer):
+    """LLVM IR text for the LLVM runtime (llvmlite); upcast axes become unrolled scalar code."""
+
+    options = RendererOptions(supports_vectors=False, max_upcast=4, max_unroll=8)
+
+    def render(self, program: LinearProgram) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):
+            raise ValueError(f"LLVM renderer: kernel name {program.name!r} is not an identifier")
+        return _Kernel(program).source()
