@@ -1,17 +1,20 @@
 """LazyBuffer: a node of the lazy graph. Building one validates its arguments and computes nothing.
 
 Every buffer is its own base. Movement ops are ``VIEW`` nodes whose ``arg`` is (method, argument);
-a movement op that changes nothing returns the buffer itself. A realized buffer holds its value as a
-read-only numpy array of the dtype's storage type (``realized``); ``_version`` counts the assigns
-written into it, and every node records at creation the versions of its sources, so that reading a
-value that was overwritten is detected. ``_pending`` is (a weak reference to) the last ASSIGN built
-into the buffer. DISK nodes carry ``pos``, the bytes of the file buffer they read (reference/disk.py).
+a movement op that changes nothing returns the buffer itself. Identical nodes are built once
+(``_node``). Values live in a ``Storage`` (flat bytes) that an ASSIGN shares with its target, and a
+zero-copy view (CONTIGUOUS or BITCAST, ``arg = ("zero-copy", byte offset)``) with the realized buffer
+it views. ``Storage.version`` counts realized assigns; a node records (storage, version) of each
+source it reads in ``_reads``, a view (movement op or zero-copy) that of the memory it stands for in
+``_alias``, so reading an overwritten value is detected. DISK nodes carry ``pos``, the bytes of the
+file buffer they read (reference/disk.py).
 """
 from __future__ import annotations
 
+import struct
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -22,13 +25,6 @@ from reference.ops import ARITY, BinaryOps, LoadOps, Op, ReduceOps, TernaryOps, 
 from reference.shape import Shape, canonical_device, check_movement, resolve, resolve_int
 
 Operand = tuple[Shape, DType, tuple[str, ...]]  # (shape, dtype, devices) of an operand
-
-
-@dataclass(frozen=True)
-class View:
-    """The view of a buffer; in reference only its shape (every buffer is contiguous)."""
-
-    shape: Shape
 
 
 def no_disk(what: str, devices: Sequence[str]) -> None:
@@ -85,24 +81,69 @@ def check_bitcast(shape: Shape, src: DType, dst: DType, device: str) -> Shape:
     return shape[:-1] + (shape[-1] * src.itemsize // dst.itemsize,)
 
 
+class Storage:
+    """Memory: flat read-only bytes (None until written; a write replaces them, so arrays handed out never
+    change), ``version`` (realized assigns into it) and ``pending`` (the last ASSIGN built into it)."""
+
+    def __init__(self) -> None:
+        self.data: Array | None = None
+        self.version = 0
+        self.pending: weakref.ref[LazyBuffer] | None = None
+
+    def write(self, offset: int, value: Array, dtype: DType) -> None:
+        """Put ``value`` (as ``dtype``'s storage type) at byte ``offset``."""
+        raw = np.ascontiguousarray(value, dtype=dtype.storage).reshape(-1).view(np.uint8)
+        data = raw.copy() if self.data is None else self.data.copy()
+        data[offset:offset + raw.size] = raw
+        data.flags.writeable = False
+        self.data = data
+
+
+def memory(lb: LazyBuffer) -> tuple[Storage, int]:
+    """(the storage ``lb``'s value is read from, the version at which it holds that value)."""
+    if lb._alias is not None:
+        return lb._alias
+    return lb._storage, lb._storage.version + (lb.op is LoadOps.ASSIGN and not lb._done)
+
+
+_CACHE: weakref.WeakValueDictionary[tuple[Any, ...], LazyBuffer] = weakref.WeakValueDictionary()
+
+
+def _node(device: str, shape: Shape, dtype: DType, op: Op, arg: Any = None, srcs: tuple[LazyBuffer, ...] = ()
+          ) -> LazyBuffer:
+    """The node of these fields: the live identical one if any (SPEC §4; EMPTY, CUSTOM and ASSIGN are always
+    new). Keyed by the sources' ids (the node keeps its sources alive) and the versions of their memory;
+    a float arg by its bits, so -0.0 and 0.0 (or two NaNs) never merge wrongly."""
+    if op in (LoadOps.EMPTY, LoadOps.CUSTOM, LoadOps.ASSIGN):
+        return LazyBuffer(device, shape, dtype, op, arg, srcs)
+    key = (device, shape, dtype, op, struct.pack("<d", arg) if isinstance(arg, float) else arg,
+           tuple(id(s) for s in srcs), tuple(memory(s)[0].version for s in srcs))
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _CACHE[key] = LazyBuffer(device, shape, dtype, op, arg, srcs)
+    return hit
+
+
 class LazyBuffer:
-    """A lazy buffer: ``op`` applied to ``srcs`` with ``arg``; ``realized`` once evaluated."""
+    """A lazy buffer: ``op`` applied to ``srcs`` with ``arg``; ``realized`` once evaluated. Build with
+    ``loadop``, ``from_numpy`` and the methods (identical nodes are one object)."""
 
     def __init__(self, device: str, shape: Shape, dtype: DType, op: Op, arg: Any = None,
                  srcs: tuple[LazyBuffer, ...] = (), value: Array | None = None) -> None:
         self.device, self.shape, self.dtype, self.op, self.arg, self.srcs = device, shape, dtype, op, arg, srcs
-        self._value: Array | None = None
-        self._version = 0
-        self._src_versions = tuple(s._version for s in srcs)
-        self._pending: weakref.ref[LazyBuffer] | None = None
+        self._storage, self._offset, self._done = Storage(), 0, False
+        self._sources = srcs[:1] if op is LoadOps.ASSIGN else srcs  # those it reads: an ASSIGN reads x only
+        self._reads = tuple(memory(s) for s in self._sources)
+        self._alias = self._reads[0] if op is LoadOps.VIEW else None
         self.pos = disk.fresh(shape, dtype.itemsize) if device.startswith("DISK:") else None
         if value is not None:
             self._store(value)
 
     def _store(self, value: Array) -> None:
-        value = np.asarray(value).view()
-        value.flags.writeable = False
-        self._value = value
+        """Mark realized, writing ``value`` unless the storage is shared (zero-copy, ASSIGN: already there)."""
+        if self._storage.data is None:
+            self._storage.write(0, value, self.dtype)
+        self._done = True
 
     def __repr__(self) -> str:
         return f"<LazyBuffer {self.device} {self.shape} {self.dtype} {self.op.name}>"
@@ -113,9 +154,9 @@ class LazyBuffer:
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
-    def st(self) -> View:
-        """The view (only its shape)."""
-        return View(self.shape)
+    def st(self) -> SimpleNamespace:
+        """The view: in reference only its ``shape`` (every buffer is contiguous)."""
+        return SimpleNamespace(shape=self.shape)
 
     @property
     def base(self) -> LazyBuffer:
@@ -125,11 +166,15 @@ class LazyBuffer:
     @property
     def realized(self) -> Array | None:
         """The stored numpy array (read-only; bfloat16 as uint16 patterns) or None."""
-        return self._value
+        data = self._storage.data
+        if not self._done or data is None:
+            return None
+        raw = data[self._offset:self._offset + self.size * self.dtype.itemsize]
+        return raw.view(self.dtype.storage).reshape(self.shape)
 
     def is_realized(self) -> bool:
         """True once the buffer holds a value."""
-        return self._value is not None
+        return self._done
 
     @staticmethod
     def loadop(op: LoadOps, shape: Any, dtype: DType, device: str, arg: Any = None,
@@ -145,7 +190,7 @@ class LazyBuffer:
             arg = as_const(arg, dtype)
         if op is LoadOps.CUSTOM and (not callable(arg) or not all(isinstance(s, LazyBuffer) for s in src)):
             raise TypeError(f"CUSTOM: arg {arg!r} must be callable and src {src!r} LazyBuffers")
-        return LazyBuffer(device, shp, dtype, op, arg, tuple(src) if op is LoadOps.CUSTOM else ())
+        return _node(device, shp, dtype, op, arg, tuple(src) if op is LoadOps.CUSTOM else ())
 
     def const(self, val: ConstType, shape: Any = None) -> LazyBuffer:
         """A constant with this buffer's dtype and device, of ``shape`` (default: own shape)."""
@@ -157,19 +202,19 @@ class LazyBuffer:
             raise TypeError(f"e: operands of {op!r} must be LazyBuffers, got {srcs!r}")
         operands = (self, *srcs)
         out = check_e(op, [(s.shape, s.dtype, (s.device,)) for s in operands])
-        return LazyBuffer(self.device, self.shape, out, op, arg, operands)
+        return _node(self.device, self.shape, out, op, arg, operands)
 
     def r(self, op: ReduceOps, axis: tuple[int, ...]) -> LazyBuffer:
         """Reduce over ``axis``; reduced axes keep size 1."""
         axes, shape = check_r(op, self.shape, (self.device,), axis)
-        return LazyBuffer(self.device, shape, self.dtype, op, axes, (self,))
+        return _node(self.device, shape, self.dtype, op, axes, (self,))
 
     def _view(self, name: str, arg: Any) -> LazyBuffer:
         narg, shape = check_movement(name, self.shape, arg)
         identity = {"permute": tuple(range(len(shape))), "stride": (1,) * len(shape)}.get(name, narg)
         if shape == self.shape and narg == identity:
             return self
-        out = LazyBuffer(self.device, shape, self.dtype, LoadOps.VIEW, (name, narg), (self,))
+        out = _node(self.device, shape, self.dtype, LoadOps.VIEW, (name, narg), (self,))
         out.pos = None if self.pos is None else disk.move(self.pos, name, narg)
         return out
 
@@ -198,31 +243,62 @@ class LazyBuffer:
         return self._view("stride", steps)
 
     def cast(self, dtype: DType, bitcast: bool = False) -> LazyBuffer:
-        """CAST (value conversion) or BITCAST (reinterpret bits) to ``dtype``."""
+        """CAST (value conversion) or BITCAST (reinterpret bits) to ``dtype``; self when ``dtype`` is own
+        (after validation). A BITCAST of a consecutive view of a realized buffer is a zero-copy view."""
         if not isinstance(dtype, DType):
             raise TypeError(f"cast: {dtype!r} is not a DType")
         if not bitcast:
             no_disk("CAST", (self.device,))
-            return LazyBuffer(self.device, self.shape, dtype, UnaryOps.CAST, dtype, (self,))
+            return self if dtype == self.dtype else _node(self.device, self.shape, dtype, UnaryOps.CAST, dtype, (self,))
         shape, pos = check_bitcast(self.shape, self.dtype, dtype, self.device), self.pos
+        if dtype == self.dtype:
+            return self
         if pos is not None and dtype.itemsize != self.dtype.itemsize:
             pos = disk.bitcast_positions(pos, self.dtype.itemsize, dtype.itemsize, shape)
             if pos is None:
                 raise RuntimeError(f"BITCAST: {self.dtype.name} -> {dtype.name} of a non-consecutive view of shape "
                                    f"{self.shape} on {self.device} needs compute (DISK holds data only)")
-        out = LazyBuffer(self.device, shape, dtype, UnaryOps.BITCAST, dtype, (self,))
+        out = self._zero_copy(UnaryOps.BITCAST, dtype, shape) or _node(self.device, shape, dtype, UnaryOps.BITCAST,
+                                                                       dtype, (self,))
         out.pos = pos
         return out
 
+    def _run(self) -> tuple[LazyBuffer, int | None]:
+        """(root, start): the first non-VIEW node under self's movement ops, and the first of root's elements
+        self reads when it reads one ascending run of them with nothing padded (else None)."""
+        moves, root = [], self
+        while root.op is LoadOps.VIEW:
+            moves.append(root.arg)
+            root = root.srcs[0]
+        pos = np.arange(root.size, dtype=np.int64).reshape(root.shape)
+        for name, arg in reversed(moves):
+            pos = disk.move(pos, name, arg)
+        return root, (int(pos.flat[0]) if pos.size else 0) if disk.consecutive(pos, 1) else None
+
+    def _zero_copy(self, op: Op, dtype: DType, shape: Shape) -> LazyBuffer | None:
+        """A zero-copy view (SPEC §4) when self is a consecutive view of a realized non-CONST buffer: a node
+        sharing that buffer's storage at the run's byte offset; else None."""
+        root, start = self._run()
+        if start is None or not root.is_realized() or root.op is LoadOps.CONST:
+            return None
+        offset = root._offset + start * root.dtype.itemsize
+        out = _node(self.device, shape, dtype, op, ("zero-copy", offset), (self,))
+        if out._storage.data is None:  # new (not an identical live one)
+            out._storage, out._offset, out._alias = root._storage, offset, out._reads[0]
+        return out
+
     def contiguous(self) -> LazyBuffer:
-        """Self when realized and not a view, else a CONTIGUOUS node (same value). On DISK only a
-        consecutive view can be made contiguous (without compute)."""
+        """Self when it reads its whole source in order (a buffer that is not a view, or e.g. a reshape of one;
+        not an unrealized constant); a zero-copy view of a realized buffer's consecutive view; else a
+        CONTIGUOUS node (same value). On DISK only a consecutive view can be made contiguous."""
         if self.pos is not None and not disk.consecutive(self.pos, self.dtype.itemsize):
             raise RuntimeError(f"CONTIGUOUS: a non-consecutive view of shape {self.shape} on {self.device} needs "
                                "compute (DISK holds data only)")
-        if self.is_realized() and self.op is not LoadOps.VIEW:
+        root, start = self._run()
+        if start == 0 and self.size == root.size and (root.op is not LoadOps.CONST or root.is_realized()):
             return self
-        out = LazyBuffer(self.device, self.shape, self.dtype, LoadOps.CONTIGUOUS, None, (self,))
+        out = self._zero_copy(LoadOps.CONTIGUOUS, self.dtype, self.shape) or \
+            _node(self.device, self.shape, self.dtype, LoadOps.CONTIGUOUS, None, (self,))
         out.pos = self.pos
         return out
 
@@ -231,10 +307,11 @@ class LazyBuffer:
         device = canonical_device(device)
         if device == self.device and not force:
             return self
-        return LazyBuffer(device, self.shape, self.dtype, LoadOps.COPY, self.device, (self,))
+        return _node(device, self.shape, self.dtype, LoadOps.COPY, self.device, (self,))
 
     def assign(self, x: LazyBuffer) -> LazyBuffer:
-        """An ASSIGN of ``x`` into this realized buffer (not a view, no other assign pending)."""
+        """An ASSIGN of ``x`` into this realized buffer (not a view, no other assign pending into its
+        storage); it shares the target's storage, so assigning into it later writes the target too."""
         if not isinstance(x, LazyBuffer):
             raise TypeError(f"ASSIGN: {x!r} is not a LazyBuffer")
         if self.op is LoadOps.VIEW or not self.is_realized():
@@ -245,11 +322,12 @@ class LazyBuffer:
             raise TypeError(f"ASSIGN: dtype {x.dtype.name} does not match target dtype {self.dtype.name}")
         if x.device != self.device:
             raise ValueError(f"ASSIGN: device {x.device} does not match target device {self.device}")
-        pending = None if self._pending is None else self._pending()
+        storage = self._storage
+        pending = None if storage.pending is None else storage.pending()
         if pending is not None and not pending.is_realized():
             raise RuntimeError(f"ASSIGN: target {self!r} already has an unrealized assign; realize it first")
-        out = LazyBuffer(self.device, self.shape, self.dtype, LoadOps.ASSIGN, None, (x, self))
-        out.pos, self._pending = self.pos, weakref.ref(out)
+        out = _node(self.device, self.shape, self.dtype, LoadOps.ASSIGN, None, (x, self))
+        out._storage, out._offset, out.pos, storage.pending = storage, self._offset, self.pos, weakref.ref(out)
         return out
 
 

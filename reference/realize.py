@@ -1,7 +1,8 @@
 """Evaluation: ``realize`` computes the requested buffers op by op with numpy, then writes assigns.
 
-Only the requested buffers (and the targets and nodes of assigns) keep their values; intermediate
-values live for one ``realize`` call.
+Only the requested buffers (and the storage of assigns) keep their values; intermediate values live
+for one ``realize`` call. Zero-copy views are computed like any node (their value equals the bytes
+they view) and then read their storage.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from reference import ops
 from reference.dtype import Array, DType, bf16_to_f32, dtypes, f32_to_bf16
-from reference.lazy import LazyBuffer
+from reference.lazy import LazyBuffer, Storage
 from reference.multi import MultiLazyBuffer
 from reference.ops import LoadOps, ReduceOps, UnaryOps
 from reference.shape import apply_movement
@@ -58,16 +59,12 @@ def compute(lb: LazyBuffer, vals: list[Array]) -> Array:
     return ops.elementwise(op, lb.srcs[-1].dtype, vals)
 
 
-def _reads(lb: LazyBuffer) -> tuple[LazyBuffer, ...]:
-    """The sources whose values ``lb`` needs (an ASSIGN reads x, not its target)."""
-    return lb.srcs[:1] if lb.op is LoadOps.ASSIGN else lb.srcs
-
-
-def _check_versions(lb: LazyBuffer) -> None:
-    for s, v in zip(_reads(lb), lb._src_versions, strict=False):
-        if s._version != v:
-            raise RuntimeError(f"{lb.op.name}: {lb!r} was built before an assign to {s!r} that has since been "
-                               "realized; the value it was built from no longer exists")
+def _check_fresh(lb: LazyBuffer, reads: tuple[tuple[Storage, int], ...]) -> None:
+    """RuntimeError when memory ``lb`` reads (or, for a view, stands for) was assigned after it was built."""
+    for storage, version in reads:
+        if storage.version > version:
+            raise RuntimeError(f"{lb.op.name}: {lb!r} was built before an assign that has since been realized "
+                               "into memory it reads; the value it was built from no longer exists")
 
 
 def _evaluate(root: LazyBuffer, cache: dict[int, Array], assigns: list[LazyBuffer]) -> None:
@@ -75,14 +72,15 @@ def _evaluate(root: LazyBuffer, cache: dict[int, Array], assigns: list[LazyBuffe
     stack: list[tuple[LazyBuffer, bool]] = [(root, False)]
     while stack:
         lb, ready = stack.pop()
-        if lb._value is not None or id(lb) in cache:
+        if lb.is_realized() or id(lb) in cache:
             continue
         if not ready:
-            _check_versions(lb)
+            _check_fresh(lb, lb._reads)
             stack.append((lb, True))
-            stack.extend((s, False) for s in _reads(lb))
+            stack.extend((s, False) for s in lb._sources)
             continue
-        cache[id(lb)] = np.asarray(compute(lb, [cache[id(s)] if s._value is None else s._value for s in _reads(lb)]))
+        vals = [cache[id(s)] if s.realized is None else s.realized for s in lb._sources]
+        cache[id(lb)] = np.asarray(compute(lb, vals))
         if lb.op is LoadOps.ASSIGN:
             assigns.append(lb)
 
@@ -97,18 +95,23 @@ def _lazy_buffers(buffers: tuple[Any, ...]) -> list[LazyBuffer]:
 
 
 def realize(*buffers: LazyBuffer | MultiLazyBuffer) -> None:
-    """Evaluate the buffers (memoised); assigns met on the way are written after all values."""
+    """Evaluate the buffers (memoised); assigns met on the way are written after all values, into the
+    storage their targets share (a stale view asked for raises RuntimeError, even if realized)."""
     lbs, cache, assigns = _lazy_buffers(buffers), dict[int, Array](), list[LazyBuffer]()
+    for lb in lbs:
+        _check_fresh(lb, () if lb._alias is None else (lb._alias,))
     with np.errstate(all="ignore"):
         for lb in lbs:
             _evaluate(lb, cache, assigns)
     for a in assigns:
-        target = a.srcs[1]
-        target._store(cache[id(a)])
-        target._version += 1
-        a._store(cache[id(a)])
+        storage, target = a._storage, a.srcs[1]
+        storage.write(a._offset, cache[id(a)], a.dtype)
+        storage.version += 1
+        a._done = True
+        if target._alias is not None:  # a zero-copy view now stands for the new contents
+            target._alias = (storage, storage.version)
     for lb in lbs:
-        if lb._value is None:
+        if not lb.is_realized():
             lb._store(cache[id(lb)])
 
 
