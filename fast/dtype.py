@@ -25,6 +25,23 @@ class DType:
     fmt: str | None
     count: int = 1
 
+    def __eq__(self, other: object) -> bool:
+        """Field equality, with the identity of the shared dtype objects as a fast path."""
+        if self is other:
+            return True
+        if not isinstance(other, DType):
+            return NotImplemented
+        return self.name == other.name and self.priority == other.priority and self.itemsize == other.itemsize \
+            and self.fmt == other.fmt and self.count == other.count
+
+    def __hash__(self) -> int:
+        """Cached (dtypes key many dicts and sets on hot paths); equal dtypes hash equal."""
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.priority, self.itemsize, self.name, self.fmt, self.count))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     def vec(self, count: int) -> DType:
         """The vector dtype of `count` lanes of this scalar dtype."""
         if self.count != 1:

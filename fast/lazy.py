@@ -16,21 +16,26 @@ identities (`fast/lazy_rules.py`), reduce folding and splitting, views instead o
 consecutive realized buffers, cast-before-view, copy simplifications, contiguous-child reuse.
 Validation (`fast/lazy_checks.py`) runs before any node is built.
 
-Ordering of assigns (SPEC §4): every base records, when built, `(Buffer, version)` for the Buffer of
-each source it reads directly (not the target of its own ASSIGN, not an unrealized ASSIGN, whose value
-is defined by that assign). `stale_reads()` lists the records whose Buffer has since been assigned;
-the scheduler raises RuntimeError for an unrealized base with stale reads, so a node built before a
-realized assign can never silently read the new value. At most one unrealized ASSIGN into a Buffer
-exists at a time (a second is a RuntimeError).
+Ordering of assigns (SPEC §4). `Buffer.version` counts the realized assigns into a memory. Every lazy
+buffer has an *expected version* (`expected_version`): the version at which its Buffer holds the value
+it stands for. A base that owns its memory always expects the current version (it IS the memory, so
+an assign target read after the assign gives the new value); an unrealized ASSIGN expects the
+version its own write will produce; a view (movement ops) and a VIEW base (a zero-copy alias) record,
+when built, the expected version of what they alias, so once an assign into that memory has been
+realized they are *stale*. Every base records, when built, `(Buffer, expected version)` for each
+source it reads (not the target of its own ASSIGN; constants read no memory). `stale_reads()` lists
+the records whose Buffer has been assigned past them, `stale_alias()` tells whether a view or VIEW
+base is stale; the scheduler raises RuntimeError for either (an unrealized base with stale reads, an
+output that is a stale alias), so a value built before a realized assign is never silently read as
+the new one. The engine calls `assign_realized(target)` after an assign ran, so a VIEW base that was
+itself the target expects its new contents. At most one unrealized ASSIGN into a Buffer exists at a
+time (a second is a RuntimeError).
 
 Reference counting: each base holds one `ref` on its Buffer and drops it when it is collected; the
 Buffer frees its memory when the count returns to zero and no view of it is alive.
 """
 from __future__ import annotations
 
-import functools
-import math
-import struct
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -42,14 +47,13 @@ from fast import lazy_checks as checks
 from fast import lazy_rules as rules
 from fast.device import Buffer, Device
 from fast.dtype import ConstType, DType, dtypes
-from fast.ops import LoadOps, Op, ReduceOps, UnaryOps, normalize_const, result_dtype
+from fast.lazy_keys import arg_key, bound_values, broadcast_tracker, const_value, normalized, tracker
+from fast.ops import LoadOps, Op, ReduceOps, UnaryOps, result_dtype
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable, sint
 
-_CACHE: weakref.WeakValueDictionary[tuple[Any, ...], LazyBuffer] = weakref.WeakValueDictionary()
+_CACHE: dict[tuple[Any, ...], weakref.ref[LazyBuffer]] = {}  # entries leave in LazyBuffer.__del__
 _PENDING_ASSIGNS: weakref.WeakValueDictionary[int, LazyBuffer] = weakref.WeakValueDictionary()
-_INT_ONLY = {int}
-_UNCACHED = frozenset({LoadOps.EMPTY, LoadOps.CUSTOM, LoadOps.ASSIGN})
 _FORCED = frozenset({LoadOps.CONTIGUOUS, LoadOps.ASSIGN, LoadOps.COPY})
 LOAD_OPS_FOR_USERS = (LoadOps.EMPTY, LoadOps.CONST, LoadOps.CUSTOM)
 
@@ -60,40 +64,54 @@ class LazyBuffer:
     Build nodes with `loadop`, `from_numpy` and the methods, never with the constructor. The scheduler
     reads, on bases: `op arg srcs buffer realized forced_realize contiguous_child` and calls
     `stale_reads()`: a non-empty result for an unrealized base means it was built from a Buffer that a
-    realized assign has overwritten since, and realizing it must raise RuntimeError.
+    realized assign has overwritten since, and realizing it must raise RuntimeError; and, on what it
+    is asked to realize, `stale_alias()` (a view or VIEW base of overwritten memory: RuntimeError too).
     """
 
-    __slots__ = ("device", "st", "dtype", "shape", "size", "_base", "op", "arg", "srcs", "buffer",
-                 "forced_realize", "contiguous_child", "read_versions", "_assign_version", "__weakref__")
+    __slots__ = ("device", "st", "dtype", "shape", "size", "_base", "op", "arg", "srcs", "_buffer",
+                 "forced_realize", "contiguous_child", "src_versions", "_assign_version", "alias_version",
+                 "cache_key", "__weakref__")
     op: Op
     arg: Any
     srcs: tuple[LazyBuffer, ...]
-    buffer: Buffer
     forced_realize: bool
     contiguous_child: tuple[weakref.ref[LazyBuffer], ShapeTracker] | None
-    read_versions: tuple[tuple[Buffer, int], ...]
+    src_versions: tuple[int, ...]  # the expected version of each source read (`_reads(op, srcs)`)
+    alias_version: int  # views and VIEW bases: the expected version of the memory they alias
+    cache_key: tuple[Any, ...] | None  # this node's key in the weak cache, if it is there
 
     def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, arg: Any = None,
-                 srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None) -> None:
-        self.device, self.st, self.dtype, self._base = device, st, dtype, base
-        self.shape: tuple[sint, ...] = st.shape
-        self.size: sint = math.prod(self.shape) if _integer_shape(self.shape) else st.size  # type: ignore[arg-type]
+                 srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None,
+                 src_versions: tuple[int, ...] | None = None) -> None:
+        self.device, self.st, self.dtype, self._base, self.cache_key = device, st, dtype, base, None
+        shape = self.shape = st.views[-1].shape
+        self.size: sint = st.size
+        self._buffer: Buffer | None = None
         if base is not None:
+            self.alias_version = expected_version(base)
             return
         if op is None:
             raise RuntimeError("LazyBuffer: internal error, a base needs an op")
         self.op, self.arg, self.srcs = op, arg, srcs
-        self.buffer = _buffer_for(device, self.shape, dtype, op, arg, srcs)
-        self.buffer.ref(1)
         self.forced_realize = op in _FORCED
         self.contiguous_child = None
-        self.read_versions = _read_versions(op, srcs)
-        self._assign_version = self.buffer.version
+        self.src_versions = read_versions(op, srcs) if src_versions is None else src_versions
+        self._assign_version = self.alias_version = 0
+        if op is LoadOps.ASSIGN or op is LoadOps.VIEW:  # they alias a source's memory: made now
+            self._buffer = _aliasing_buffer(device, shape, dtype, op, arg, srcs)
+            self._buffer.ref(1)
+            self._assign_version = self._buffer.version
+            self.alias_version = expected_version(srcs[0]) if op is LoadOps.VIEW else 0
 
     def __del__(self) -> None:
-        buffer = getattr(self, "buffer", None)
+        buffer = self._buffer
         if buffer is not None:
             buffer.ref(-1)
+        key = self.cache_key
+        if key is not None and _CACHE is not None:  # (None only while the interpreter shuts down)
+            entry = _CACHE.get(key)
+            if entry is not None and entry() in (None, self):
+                del _CACHE[key]
 
     def __repr__(self) -> str:
         if self._base is not None:
@@ -107,11 +125,26 @@ class LazyBuffer:
         return self if self._base is None else self._base
 
     @property
+    def buffer(self) -> Buffer:
+        """The base's Buffer (a view answers its base's). Made on first use, unallocated, holding one
+        `ref` for this base: building a graph makes no Buffer for the nodes that nothing asks about."""
+        if self._base is not None:
+            return self._base.buffer
+        buffer = self._buffer
+        if buffer is None:
+            size = 1
+            for dim in self.shape:
+                size *= dim.max if isinstance(dim, Node) else dim
+            buffer = self._buffer = Buffer(self.device, size, self.dtype)
+            buffer.ref(1)
+        return buffer
+
+    @property
     def realized(self) -> Buffer | None:
         """The base's Buffer once it holds values, else None."""
         base = self.base
-        buffer = base.buffer
-        if not buffer.is_allocated():
+        buffer = base._buffer
+        if buffer is None or not buffer.is_allocated():
             return None
         if base.op is LoadOps.ASSIGN and buffer.version <= base._assign_version:
             return None
@@ -122,14 +155,30 @@ class LazyBuffer:
 
     def is_unrealized_const(self) -> bool:
         base = self.base
-        return base.op is LoadOps.CONST and not base.buffer.is_allocated()
+        return base.op is LoadOps.CONST and (base._buffer is None or not base._buffer.is_allocated())
 
     def is_unrealized_unmasked_const(self) -> bool:
         return self.is_unrealized_const() and all(view.mask is None for view in self.st.views)
 
     def stale_reads(self) -> list[tuple[Buffer, int]]:
-        """(Buffer, version when read) for each direct read whose Buffer has been assigned since."""
-        return [(buffer, version) for buffer, version in self.base.read_versions if buffer.version != version]
+        """(Buffer, expected version) for each memory the base reads directly that has been assigned
+        past the version it was read at (one entry per memory, the lowest version)."""
+        base = self.base
+        found: dict[int, tuple[Buffer, int]] = {}
+        for src, version in zip(_reads(base.op, base.srcs), base.src_versions, strict=False):
+            if current_version(src) > version:
+                buffer = src.base.buffer
+                known = found.get(id(buffer.base))
+                if known is None or version < known[1]:
+                    found[id(buffer.base)] = (buffer, version)
+        return list(found.values())
+
+    def stale_alias(self) -> tuple[Buffer, int] | None:
+        """For a view or a VIEW base whose memory a realized assign has overwritten since it was
+        built: (Buffer, the version it expected); else None."""
+        buffer = self.base.buffer
+        expected = expected_version(self)
+        return (buffer, expected) if buffer.version > expected else None
 
     @property
     def var_vals(self) -> dict[Variable, int]:
@@ -149,7 +198,7 @@ class LazyBuffer:
         device = Device.canonicalize(device)
         if op is LoadOps.CONST:
             checks.check_compute_device("CONST", device)
-            arg = _const_value("CONST", arg, dtype)
+            arg = const_value("CONST", arg, dtype)
         elif op is LoadOps.CUSTOM and not callable(arg):
             raise TypeError(f"CUSTOM: arg must be a callable fn(out, *inputs), got {arg!r}")
         if not isinstance(src, (tuple, list)):
@@ -161,7 +210,7 @@ class LazyBuffer:
         """`val` (in this buffer's dtype) broadcast to `shape` (default: this shape), same device."""
         checks.check_compute_device("CONST", self.device)
         checked = self.shape if shape is None else checks.check_shape("CONST", shape)
-        return const_node(self.device, self.dtype, _const_value("CONST", val, self.dtype), checked)
+        return const_node(self.device, self.dtype, const_value("CONST", val, self.dtype), checked)
 
     # ------------------------------------------------------------ compute
 
@@ -170,14 +219,16 @@ class LazyBuffer:
         operands = checks.check_elementwise(op, (self, *srcs))
         value_dtype = operands[-1].dtype
         out_dtype = result_dtype(op, value_dtype)
-        consts = tuple(s.base.arg if s.is_unrealized_unmasked_const() else None for s in operands)
-        fold = rules.fold_elementwise(op, value_dtype, consts)
-        if fold is not None:
-            return lazy_ops.apply_fold(fold, operands, out_dtype)
+        consts = tuple([_plain_const(s) for s in operands])
+        if consts.count(None) != len(consts):  # folding needs a constant operand
+            fold = rules.fold_elementwise(op, value_dtype, consts)
+            if fold is not None:
+                return lazy_ops.apply_fold(fold, operands, out_dtype)
         if op is UnaryOps.NEG and (inner := lazy_ops.double_negation(self)) is not None:
             return inner
-        resolved = tuple(redirect(s) for s in operands)
-        return create(self.device, tracker(self.shape), out_dtype, op, arg, resolved)
+        resolved = tuple([redirect(s) for s in operands])
+        st = self.st if self._base is None else tracker(self.shape)  # a base's st is from_shape(shape)
+        return create(self.device, st, out_dtype, op, arg, resolved)
 
     def r(self, op: ReduceOps, axis: tuple[int, ...]) -> LazyBuffer:
         """Reduce `op` over `axis`; reduced axes keep size 1."""
@@ -186,9 +237,16 @@ class LazyBuffer:
     def cast(self, dtype: DType, bitcast: bool = False) -> LazyBuffer:
         """CAST (value conversion) or BITCAST (reinterpretation) to `dtype`."""
         dtype = checks.check_dtype("BITCAST" if bitcast else "CAST", dtype)
+        if bitcast:  # validated even when the dtype is the same: bool, or itemsizes on the wrong device
+            checks.check_bitcast(self.dtype, dtype, self.device, self.shape)
+        else:
+            checks.check_compute_device("CAST", self.device)
         if dtype == self.dtype:
             return self
-        return lazy_ops.bitcast(self, dtype) if bitcast else lazy_ops.cast(self, dtype)
+        if not bitcast:
+            return lazy_ops.cast(self, dtype)
+        checks.check_fresh("BITCAST", self)
+        return lazy_ops.bitcast(self, dtype)
 
     def contiguous(self) -> LazyBuffer:
         """A buffer laid out contiguously: self, a zero-copy VIEW, or a CONTIGUOUS op."""
@@ -196,7 +254,9 @@ class LazyBuffer:
 
     def copy_to_device(self, device: str, force: bool = False) -> LazyBuffer:
         """This buffer on `device` (see SPEC §4 for the simplifications)."""
-        return lazy_ops.copy_to_device(self, Device.canonicalize(device), force)
+        device = Device.canonicalize(device)
+        checks.check_fresh("COPY", self)
+        return lazy_ops.copy_to_device(self, device, force)
 
     def assign(self, x: LazyBuffer) -> LazyBuffer:
         """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node."""
@@ -242,118 +302,94 @@ class LazyBuffer:
 
 # ---------------------------------------------------------------- node construction
 
-@functools.lru_cache(maxsize=4096)
-def _memo_tracker(shape: tuple[int, ...]) -> ShapeTracker:
-    return ShapeTracker.from_shape(shape)
-
-
-def _integer_shape(shape: tuple[sint, ...]) -> bool:
-    return all(type(size) is int for size in shape)
-
-
-def tracker(shape: tuple[sint, ...]) -> ShapeTracker:
-    """`ShapeTracker.from_shape`, memoised for integer shapes (trackers are immutable). Symbolic
-    shapes are never memoised: bound Variables compare equal whatever their value."""
-    return _memo_tracker(tuple(shape)) if _integer_shape(shape) else ShapeTracker.from_shape(shape)
-
-
-@functools.lru_cache(maxsize=4096)
-def _memo_broadcast(shape: tuple[int, ...]) -> ShapeTracker:
-    return ShapeTracker.from_shape((1,) * len(shape)).expand(shape)
-
-
-def _broadcast_tracker(shape: tuple[sint, ...]) -> ShapeTracker:
-    """The view broadcasting a scalar to `shape`."""
-    if _integer_shape(shape):
-        return _memo_broadcast(tuple(shape))
-    return ShapeTracker.from_shape((1,) * len(shape)).expand(shape)
-
-
-def _arg_key(arg: Any) -> Any:
-    """Cache key of an arg: floats by their bits (so -0.0 and 0.0, or NaNs, never merge wrongly)."""
-    return ("float", struct.pack("<d", arg)) if isinstance(arg, float) else arg
-
-
-def _bound_values(st: ShapeTracker) -> tuple[tuple[str, int | None], ...]:
-    """Values of bound variables in `st` (bound variables compare equal whatever their value)."""
-    for view in st.views:
-        kinds = set(map(type, view.shape))
-        kinds.update(map(type, view.strides))
-        kinds.add(type(view.offset))
-        for pair in view.mask or ():
-            kinds.update(map(type, pair))
-        if kinds != _INT_ONLY and kinds:
-            return tuple(sorted((var.expr, var.val) for var in st.vars()))
-    return ()
-
-
 def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, arg: Any = None,
             srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None) -> LazyBuffer:
     """The node for (device, st, dtype, op, arg, srcs) or the view of `base` through `st`, cached."""
-    if any(size == 0 for size in st.shape):
+    if 0 in st.shape:
         op, arg, srcs, base = LoadOps.CONST, normalized(0, dtype), (), None
         st = tracker(st.shape)
-    if not config.get().lazycache or op in _UNCACHED:
+    if not config.get().lazycache or op is LoadOps.EMPTY or op is LoadOps.CUSTOM or op is LoadOps.ASSIGN:
         return LazyBuffer(device, st, dtype, op, arg, srcs, base)
+    versions: tuple[int, ...] | None = None
+    bound = bound_values(st) if st.symbolic else ()
     if base is not None:
-        key: tuple[Any, ...] = ("view", st, weakref.ref(base), _bound_values(st))
+        key: tuple[Any, ...] = ("view", st, weakref.ref(base), expected_version(base), bound)
     else:
         # sources by weak reference, never by id(): the engine drops a realized node's srcs, so a
-        # source may die while the cached node lives on, and its id may be reused by a new buffer
-        versions = tuple([s.base.buffer.version for s in srcs])
-        key = ("base", device, st, dtype, op, _arg_key(arg), tuple([weakref.ref(s) for s in srcs]), versions,
-               _bound_values(st))
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    ret = LazyBuffer(device, st, dtype, op, arg, srcs, base)
-    _CACHE[key] = ret
+        # source may die while the cached node lives on, and its id may be reused by a new buffer.
+        # The op by id(): enum members live as long as the process, and Enum's __hash__ is slow Python
+        versions = read_versions(op, srcs)  # type: ignore[arg-type]
+        key = (device, st, dtype, id(op), arg if arg is None or type(arg) is int else arg_key(arg),
+               tuple([weakref.ref(s) for s in srcs]), versions, bound)
+    entry = _CACHE.get(key)
+    if entry is not None:
+        hit = entry()
+        if hit is not None:
+            return hit
+    ret = LazyBuffer(device, st, dtype, op, arg, srcs, base, versions)
+    ret.cache_key = key
+    _CACHE[key] = weakref.ref(ret)
     return ret
 
 
-def _buffer_for(device: str, shape: tuple[sint, ...], dtype: DType, op: Op, arg: Any,
-                srcs: tuple[LazyBuffer, ...]) -> Buffer:
-    """A base's Buffer: the target's for ASSIGN, a view of the source's for VIEW, else a new one."""
+def _plain_const(lb: LazyBuffer) -> ConstType | None:
+    """lb's value when it is an unrealized, unmasked constant (`is_unrealized_unmasked_const`), else None."""
+    base = lb._base or lb
+    if base.op is not LoadOps.CONST or (base._buffer is not None and base._buffer.is_allocated()):
+        return None
+    if lb._base is not None and any(view.mask is not None for view in lb.st.views):
+        return None
+    return base.arg  # type: ignore[no-any-return]
+
+
+def _aliasing_buffer(device: str, shape: tuple[sint, ...], dtype: DType, op: Op, arg: Any,
+                     srcs: tuple[LazyBuffer, ...]) -> Buffer:
+    """The Buffer of a base aliasing a source's memory: the target's for ASSIGN, a zero-copy view of
+    the source's for VIEW (at byte offset `arg`)."""
     if op is LoadOps.ASSIGN:
         return srcs[1].base.buffer
     size = 1
     for dim in shape:
         size *= dim.max if isinstance(dim, Node) else dim
+    return Buffer(device, size, dtype, base=srcs[0].base.buffer, offset=arg)
+
+
+def current_version(lb: LazyBuffer) -> int:
+    """The version lb's base Buffer is at now (0 for a base whose Buffer was never made)."""
+    base = lb.base
+    buffer = base._buffer
+    return 0 if buffer is None else buffer.version
+
+
+def expected_version(lb: LazyBuffer) -> int:
+    """The version of lb's base Buffer at which lb holds the value it stands for (module docstring)."""
+    if lb._base is not None:
+        return lb.alias_version
+    op = lb.op
     if op is LoadOps.VIEW:
-        return Buffer(device, size, dtype, base=srcs[0].base.buffer, offset=arg)
-    return Buffer(device, size, dtype)
+        return lb.alias_version
+    if op is LoadOps.ASSIGN:
+        return max(current_version(lb), lb._assign_version + 1)
+    return current_version(lb)
 
 
-def _read_versions(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[tuple[Buffer, int], ...]:
-    reads = srcs[:1] if op is LoadOps.ASSIGN else srcs
-    records: dict[int, tuple[Buffer, int]] = {}
-    for src in reads:
-        base = src.base
-        if base.op is LoadOps.CONST or (base.op is LoadOps.ASSIGN and base.realized is None):
-            continue
-        records[id(base.buffer)] = (base.buffer, base.buffer.version)
-    return tuple(records.values())
+def assign_realized(target: LazyBuffer) -> None:
+    """Called by the engine once an assign into `target` (a base) has run: a VIEW base that was the
+    target now stands for the memory's new contents (views built from it before stay stale)."""
+    if target._base is None and target.op is LoadOps.VIEW:
+        target.alias_version = target.buffer.version
 
 
-def _const_value(opname: str, value: object, dtype: DType) -> ConstType:
-    if isinstance(value, np.generic):
-        value = value.item()
-    if not isinstance(value, (bool, int, float)):
-        raise TypeError(f"{opname}: value must be a bool, int or float, got {value!r}")
-    return normalized(value, dtype)
+def _reads(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[LazyBuffer, ...]:
+    """The sources whose memory a base reads (an ASSIGN reads its value, not its target)."""
+    return srcs[:1] if op is LoadOps.ASSIGN else srcs
 
 
-@functools.lru_cache(maxsize=4096)
-def _memo_normalize(kind: str, value: ConstType, sign: float, dtype: DType) -> ConstType:
-    return normalize_const(value, dtype)
-
-
-def normalized(value: ConstType, dtype: DType) -> ConstType:
-    """`ops.normalize_const`, memoised by (type, value, sign of zero, dtype); NaNs are not memoised."""
-    if value != value:
-        return normalize_const(value, dtype)
-    sign = math.copysign(1.0, value) if isinstance(value, float) else 0.0
-    return _memo_normalize(type(value).__name__, value, sign, dtype)
+def read_versions(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[int, ...]:
+    """The expected version of every source read, in `_reads` order."""
+    if op is LoadOps.ASSIGN:
+        srcs = srcs[:1]
+    return tuple([src.alias_version if src._base is not None else expected_version(src) for src in srcs])
 
 
 def const_node(device: str, dtype: DType, value: ConstType, shape: tuple[sint, ...]) -> LazyBuffer:
@@ -361,12 +397,12 @@ def const_node(device: str, dtype: DType, value: ConstType, shape: tuple[sint, .
     scalar = create(device, tracker(()), dtype, LoadOps.CONST, normalized(value, dtype))
     if not shape:
         return scalar
-    return view_of(scalar, _broadcast_tracker(shape))
+    return view_of(scalar, broadcast_tracker(shape))
 
 
 def view_of(base: LazyBuffer, st: ShapeTracker) -> LazyBuffer:
     """`base` read through `st` (relative to base): the base itself, a constant 0, or a view node."""
-    if any(size == 0 for size in st.shape):
+    if 0 in st.shape:
         return create(base.device, st, base.dtype, LoadOps.CONST, 0)
     if st.views[-1].all_invalid and not checks.is_disk(base.device):
         return const_node(base.device, base.dtype, 0, st.shape)
@@ -382,8 +418,8 @@ def reapply(lb: LazyBuffer, st: ShapeTracker) -> LazyBuffer:
 
 def redirect(lb: LazyBuffer) -> LazyBuffer:
     """Read an unrealized base through its live contiguous child instead (SPEC §4, contiguous())."""
-    base = lb.base
-    if base.contiguous_child is None or base.buffer.is_allocated():
+    base = lb._base or lb
+    if base.contiguous_child is None or (base._buffer is not None and base._buffer.is_allocated()):
         return lb
     child_ref, inverted = base.contiguous_child
     child = child_ref()

@@ -7,7 +7,6 @@ message names the op and the offending values. Checks are pure: they read their 
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -57,36 +56,45 @@ def check_shape(opname: str, shape: object) -> tuple[sint, ...]:
 
 
 def check_elementwise(op: object, srcs: tuple[object, ...]) -> tuple[LazyBuffer, ...]:
-    """Validate `e(op, *srcs)` (srcs includes self); returns the operands."""
-    kind = type(op)
-    arity = ARITY.get(kind)
+    """Validate `e(op, *srcs)` (srcs includes self); returns the operands. (A hot path: loops, not
+    generators, and one memoised support lookup.)"""
+    arity = ARITY.get(type(op))
     if arity is None or op is UnaryOps.CAST or op is UnaryOps.BITCAST:
         _reject_op(op)
     opname: str = op.name  # type: ignore[attr-defined]
     if len(srcs) != arity:
         raise TypeError(f"{opname}: takes {arity} operands (self included), got {len(srcs)}")
-    operands = tuple(check_lazy(opname, s) for s in srcs)
+    lazy_type = graph.LazyBuffer
+    for src in srcs:
+        if type(src) is not lazy_type:
+            check_lazy(opname, src)
+    operands: tuple[LazyBuffer, ...] = srcs  # type: ignore[assignment]
     first = operands[0]
-    check_compute_device(opname, first.device)
+    device, shape = first.device, first.shape
+    if device.startswith("DISK:"):
+        check_compute_device(opname, device)
     for other in operands[1:]:
-        if other.device != first.device:
-            raise ValueError(f"{opname}: operands on different devices {first.device} and {other.device}")
-        if other.shape != first.shape:
-            raise ValueError(f"{opname}: shape mismatch {first.shape} vs {other.shape}")
-    values = operands[1:] if op is TernaryOps.WHERE else operands
-    if op is TernaryOps.WHERE and first.dtype is not dtypes.bool and first.dtype != dtypes.bool:
+        if other.device != device:
+            raise ValueError(f"{opname}: operands on different devices {device} and {other.device}")
+        if other.shape != shape:
+            raise ValueError(f"{opname}: shape mismatch {shape} vs {other.shape}")
+    is_where = op is TernaryOps.WHERE
+    if is_where and first.dtype is not dtypes.bool and first.dtype != dtypes.bool:
         raise TypeError(f"WHERE: condition must be bool, got {first.dtype.name}")
-    dtype = values[0].dtype
-    if any(v.dtype is not dtype and v.dtype != dtype for v in values):
-        raise TypeError(f"{opname}: dtype mismatch {', '.join(v.dtype.name for v in values)}")
-    if not _supports(op, dtype):
+    dtype = operands[1].dtype if is_where else first.dtype
+    for value in operands[2:] if is_where else operands[1:]:
+        if value.dtype is not dtype and value.dtype != dtype:
+            values = operands[1:] if is_where else operands
+            raise TypeError(f"{opname}: dtype mismatch {', '.join(v.dtype.name for v in values)}")
+    supported = _SUPPORTED.get((id(op), dtype))
+    if supported is None:
+        supported = _SUPPORTED[(id(op), dtype)] = supports(op, dtype)  # type: ignore[arg-type]
+    if not supported:
         raise TypeError(f"{opname} is not defined for dtype {dtype.name}")
     return operands
 
 
-@functools.lru_cache(maxsize=1024)
-def _supports(op: Any, dtype: DType) -> bool:
-    return supports(op, dtype)
+_SUPPORTED: dict[tuple[int, DType], bool] = {}  # by id(op): enum members live as long as the process
 
 
 def _reject_op(op: object) -> NoReturn:
@@ -155,13 +163,29 @@ def check_shrink(shape: tuple[sint, ...], arg: object) -> tuple[tuple[sint, sint
     return pairs
 
 
+def bound_value(size: sint) -> int | None:
+    """The value of a size: an int, or a symbolic size whose Variables are all bound; else None."""
+    if not isinstance(size, Node):
+        return size
+    try:
+        return size.evaluate({})
+    except ValueError:
+        return None
+
+
 def check_expand(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]:
+    """Validate an expand; returns the result shape. A symbolic size asked to become the int its
+    bound Variables give it keeps its symbolic size (shapes stay symbolic; see `to_numpy`)."""
     checked = check_shape("expand", new_shape)
     _check_length("expand", shape, checked)
+    resolved: list[sint] = []
     for old, new in zip(shape, checked, strict=True):
-        if old != new and old != 1:
+        if old != new and isinstance(old, Node) and isinstance(new, int) and bound_value(old) == new:
+            new = old
+        elif old != new and old != 1:
             raise ValueError(f"expand: cannot expand {shape} to {checked} (only size-1 axes may change)")
-    return checked
+        resolved.append(new)
+    return tuple(resolved)
 
 
 def check_permute(shape: tuple[sint, ...], order: object) -> tuple[int, ...]:
@@ -195,17 +219,28 @@ def check_bitcast(source: DType, target: DType, device: str, shape: tuple[sint, 
     return (*shape[:-1], last * source.itemsize // target.itemsize)
 
 
+def check_fresh(opname: str, lb: LazyBuffer) -> None:
+    """RuntimeError when `lb` aliases memory (a view, a VIEW base) that a realized assign has overwritten
+    since it was built. Ops that rebuild a view on its base (copies, DISK bitcasts) check this first,
+    since the rebuilt node would read the memory's current value, not the one lb stood for."""
+    stale = lb.stale_alias()
+    if stale is not None:
+        buffer, version = stale
+        raise RuntimeError(f"{opname}: {lb!r} was built from {buffer!r} at version {version}, but an assign has "
+                           f"since overwritten it (version {buffer.version}): the value it read no longer exists")
+
+
 def check_assign(target: LazyBuffer, value: object) -> LazyBuffer:
-    """Validate `target.assign(value)`: realized target, same shape, dtype and device."""
+    """Validate `target.assign(value)`: the target is a realized base (a view of one is a RuntimeError,
+    like an unrealized target), and the value has its shape, dtype and device."""
     x = check_lazy("ASSIGN", value)
-    if target.base.realized is None:
-        raise RuntimeError(f"ASSIGN: the target {target!r} must be realized")
+    if target.base is not target or target.realized is None:
+        raise RuntimeError(f"ASSIGN: the target must be a realized buffer (not a view, not an unrealized graph), "
+                           f"got {target!r}")
     if x.shape != target.shape:
         raise ValueError(f"ASSIGN: shape mismatch, target {target.shape} vs value {x.shape}")
     if x.dtype != target.dtype:
         raise TypeError(f"ASSIGN: dtype mismatch, target {target.dtype.name} vs value {x.dtype.name}")
     if x.device != target.device:
         raise ValueError(f"ASSIGN: device mismatch, target {target.device} vs value {x.device}")
-    if not target.st.contiguous or target.size != target.base.size:
-        raise ValueError(f"ASSIGN: the target must be a whole buffer (a contiguous view), got view {target.st}")
     return x

@@ -107,7 +107,7 @@ class LazyOp:
                     or len(left.src) != len(right.src):
                 return False
             proven.add((id(left), id(right)))
-            pending.extend(zip(left.src, right.src))
+            pending.extend(zip(left.src, right.src, strict=True))
         return True
 
     def walk(self) -> list[LazyOp]:
@@ -151,9 +151,16 @@ def bfloat16_bits_to_float(bits: int) -> float:
     return float(struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0])
 
 
+_FLOAT32 = struct.Struct("<f")
+
+
 def _to_float32(value: float) -> float:
-    with np.errstate(all="ignore"):
-        return float(np.float32(value))
+    """Round to float32, nearest-even (a C double -> float conversion); overflow gives +-inf."""
+    try:
+        return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+    except OverflowError:  # finite but beyond float32: struct refuses, numpy rounds to inf
+        with np.errstate(all="ignore"):
+            return float(np.float32(value))
 
 
 def round_float(value: float, dtype: DType) -> float:
@@ -175,6 +182,8 @@ def normalize_const(value: ConstType, dtype: DType) -> ConstType:
     A value of another kind converts as CAST would; where CAST is unspecified (a NaN, inf or
     out-of-range float for an integer dtype) the constant is 0, deterministically.
     """
+    if type(value) is float and (dtype is dtypes.float32 or dtype is dtypes.float64):  # the common case, fast
+        return value if dtype is dtypes.float64 else _to_float32(value)
     if dtype == dtypes.bool:
         return bool(value)
     source = dtypes.float64 if isinstance(value, float) else dtypes.int64
@@ -259,7 +268,7 @@ def supports(op: Op, dtype: DType) -> bool:
 
 def result_dtype(op: Op, dtype: DType) -> DType:
     """The dtype an elementwise op produces from operands of `dtype`."""
-    return dtypes.bool if op in COMPARE_OPS else dtype
+    return dtypes.bool if op is BinaryOps.CMPLT or op is BinaryOps.CMPEQ else dtype
 
 
 def exec_alu(op: Op, dtype: DType, operands: tuple[ConstType, ...]) -> ConstType:

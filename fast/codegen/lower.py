@@ -24,6 +24,7 @@ instruction per op; threads would split the outermost GLOBAL loop (its LoopKind 
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,17 @@ from fast import config
 from fast.codegen.ir import BOOL, INT64, BufferInfo, IndexOps, IRBuilder, LinearProgram, LoopKind, verify
 from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
 from fast.dtype import DType, dtypes
-from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, ReduceOps, TernaryOps, UnaryOps, normalize_const
+from fast.ops import (
+    BinaryOps,
+    BufferOps,
+    ConstBuffer,
+    KernelOps,
+    LazyOp,
+    ReduceOps,
+    TernaryOps,
+    UnaryOps,
+    normalize_const,
+)
 from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import (
     AndNode,
@@ -64,12 +75,20 @@ class KernelInfo:
     variables: tuple[Variable, ...]
 
 
+def _bit_exact(arg: Any) -> Any:
+    """An AST arg as a key that tells constants apart by their bits: `-0.0 == 0.0` and NaN never
+    equals itself, so a ConstBuffer's value is keyed by its float64 bits (its dtype's value is exact)."""
+    if isinstance(arg, ConstBuffer) and isinstance(arg.val, float):
+        return ("const", struct.pack("<d", arg.val), arg.dtype, arg.st)
+    return arg
+
+
 def structural_key(node: LazyOp) -> tuple[Any, ...]:
-    """Equal exactly for structurally equal subtrees, in linear time (hashing or comparing LazyOps
-    directly re-walks shared subtrees once per path)."""
+    """Equal exactly for structurally equal subtrees with bit-identical constants, in linear time
+    (hashing or comparing LazyOps directly re-walks shared subtrees once per path)."""
     nodes = node.walk()
     position = {id(n): index for index, n in enumerate(nodes)}
-    return tuple((n.op, n.arg, tuple(position[id(src)] for src in n.src)) for n in nodes)
+    return tuple((n.op, _bit_exact(n.arg), tuple(position[id(src)] for src in n.src)) for n in nodes)
 
 
 def node_dtype(node: LazyOp) -> DType:

@@ -18,6 +18,7 @@ target's version after it has run. Realized bases drop their sources after `real
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,11 +29,12 @@ import numpy as np
 from fast import config
 from fast.codegen import format_program, lower
 from fast.codegen.ir import LinearProgram
+from fast.codegen.lower import structural_key
 from fast.device import Buffer, Device
 from fast.dtype import DType, dtypes
 from fast.engine import fusion
 from fast.engine.schedule import CustomCall, ScheduleItem, lazy_buffers, plan_schedule
-from fast.lazy import LazyBuffer
+from fast.lazy import LazyBuffer, assign_realized
 from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
 from fast.shape.symbolic import Node
 
@@ -54,11 +56,9 @@ PROGRAMS: dict[tuple[str, tuple[Any, ...]], CompiledKernel] = {}
 
 
 def ast_key(ast: LazyOp) -> tuple[Any, ...]:
-    """A hashable key equal exactly for structurally equal ASTs, built in linear time (hashing a
-    LazyOp directly re-walks shared subtrees once per path, exponential for deep diamonds)."""
-    nodes = ast.walk()
-    position = {id(node): index for index, node in enumerate(nodes)}
-    return tuple((node.op, node.arg, tuple(position[id(src)] for src in node.src)) for node in nodes)
+    """A hashable key equal exactly for structurally equal ASTs with bit-identical constants (so a
+    kernel storing -0.0 is never reused for one storing 0.0), built in linear time."""
+    return structural_key(ast)
 
 
 def dump_stages() -> frozenset[str]:
@@ -232,6 +232,8 @@ def realize(*buffers: Any) -> None:
     steps = plan_schedule(lazy_buffers(buffers))
     items = [step.item for step in steps]
     run_schedule(items)
+    for target in {id(step.owner): step.owner.srcs[1] for step in steps if step.owner.op is LoadOps.ASSIGN}.values():
+        assign_realized(target)
     for step in steps:
         if step.owner.realized is not None:
             step.owner.srcs = ()  # the graph below a realized base can be freed; `op` stays
@@ -258,12 +260,18 @@ def to_numpy(buffer: Any) -> np.ndarray:
         return shards[0] if buffer.axis is None else np.concatenate(shards, axis=buffer.axis)
     if not isinstance(buffer, LazyBuffer):
         raise TypeError(f"to_numpy: {buffer!r} is not a LazyBuffer or MultiLazyBuffer")
+    shape = concrete_shape(buffer.shape)
     realize(buffer)
+    if math.prod(shape) == 0:  # a zero-size graph is a constant with no elements: nothing to read
+        return np.empty(shape, dtype=buffer.dtype.np)
     readable = _readable_on_host(buffer)
     realize(readable)
     stored: Buffer | None = readable.base.realized
     if stored is None:
         raise RuntimeError(f"to_numpy: {buffer!r} did not realize")
-    shape = tuple(size.evaluate({}) if isinstance(size, Node) else int(size) for size in buffer.shape)
-    count = int(np.prod(shape)) if shape else 1
-    return to_public(stored.as_numpy()[:count], buffer.dtype).reshape(shape).copy()
+    return to_public(stored.as_numpy()[:math.prod(shape)], buffer.dtype).reshape(shape).copy()
+
+
+def concrete_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    """A shape with every symbolic size evaluated at its bound Variables' values."""
+    return tuple(size.evaluate({}) if isinstance(size, Node) else int(size) for size in shape)

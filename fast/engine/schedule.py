@@ -28,6 +28,7 @@ from typing import Any
 from fast.device import Buffer
 from fast.engine import fusion
 from fast.lazy import LazyBuffer
+from fast.lazy_checks import check_fresh
 from fast.ops import BufferOps, ConstBuffer, KernelOps, LazyOp, LoadOps, MemBuffer, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable
@@ -339,8 +340,16 @@ def check_stale_reads(graph: fusion.Graph) -> None:
                                f"overwritten it (version {buffer.version}): the value it read no longer exists")
 
 
+def check_stale_outputs(outs: Sequence[LazyBuffer]) -> None:
+    """RuntimeError for an output that aliases memory (a view, a VIEW base) overwritten by a realized
+    assign since it was built: it would read the new value in place of the one it stood for."""
+    for out in outs:
+        check_fresh("realize", out)
+
+
 def plan_schedule(outs: Sequence[LazyBuffer]) -> list[Step]:
     """The ordered steps realizing `outs` (their `item`s are the schedule)."""
+    check_stale_outputs(outs)
     graph = fusion.collect_graph(outs)
     check_stale_reads(graph)
     builder = StepBuilder(fusion.choose_realizes(graph))

@@ -1,11 +1,22 @@
 """The CLANG runtime: C from `CRenderer`, compiled by the system C compiler, loaded with ctypes.
 
 Compiler: `config.get().cc` if set, else `clang` if on PATH, else `cc`. Flags (`compile_flags()`):
-`-std=c11 -O2 -shared -fPIC -ffp-contract=off -fno-math-errno`, linked with `-lm`.
+`-std=c11 -O2 -shared -fPIC -ffp-contract=off -fno-math-errno` (plus `-fno-tree-loop-vectorize` for
+GCC), linked with `-lm`.
 - `-ffp-contract=off`: `a*b+c` is never fused (only MULACC could be, and it is specified unfused).
 - `-fno-math-errno`: libm calls need not set errno, so `sqrtf` becomes one instruction. It changes no
   value (IEEE results are the same); we never read errno.
 - never `-ffast-math` or `-march=native` (values must be IEEE; cached libraries must run anywhere).
+- GCC only: `-fno-tree-loop-vectorize`. GCC's loop vectorizer miscompiles in-order (strict IEEE)
+  float reductions whose loads it groups in permuted order, e.g. a reduce over a flipped axis that
+  lowering unrolled: `acc += a[6*i+5]; acc += a[6*i+4]; ... acc += a[6*i]` summed a flipped 4x6
+  float32 array to 326 instead of 276 with GCC 12.2 at -O2 (correct at -O0/-O1 and with this flag),
+  by merging the load permutation into the fold-left reduction and counting some elements twice.
+  This is GCC bug 110381 ("preserve SLP permutation with in-order reductions"), not undefined
+  behaviour in our C: the kernel is in bounds, has no signed overflow, and its two `restrict`
+  pointers are distinct buffers. The basic-block (SLP) vectorizer stays on, so the unrolled copies
+  of upcast axes are still vectorised. tests/fast/test_runtime_clang.py sweeps flipped/strided
+  float reductions against numpy so a regression shows.
 - `config.get().ubsan` adds `-fsanitize=undefined,float-cast-overflow -fno-sanitize-recover=all`
   (GCC's libubsan is loaded with the library; float-cast-overflow is not in GCC's `undefined`
   group). For clang, whose UB runtime is not linked into shared objects, it adds
@@ -52,12 +63,24 @@ def compiler_version(path: str) -> str:
     return result.stdout.strip()
 
 
+GCC_FLAGS: tuple[str, ...] = ("-fno-tree-loop-vectorize",)  # GCC bug 110381 (module docstring)
+
+
+def is_gcc(path: str) -> bool:
+    """Whether the compiler at `path` is GCC (clang also answers to `cc`/`gcc` on some systems, so the
+    `--version` text decides: GCC's names the Free Software Foundation, clang's says clang)."""
+    version = compiler_version(path).lower()
+    return "clang" not in version and ("free software foundation" in version or "gcc" in version)
+
+
 def compile_flags(path: str) -> tuple[str, ...]:
+    clang = "clang" in compiler_version(path).lower()
+    flags = BASE_FLAGS if not is_gcc(path) else (*BASE_FLAGS, *GCC_FLAGS)
     if not config.get().ubsan:
-        return BASE_FLAGS
-    if "clang" in compiler_version(path).lower():
-        return (*BASE_FLAGS, "-fsanitize=undefined", "-fsanitize-trap=undefined")
-    return (*BASE_FLAGS, "-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all")
+        return flags
+    if clang:
+        return (*flags, "-fsanitize=undefined", "-fsanitize-trap=undefined")
+    return (*flags, "-fsanitize=undefined,float-cast-overflow", "-fno-sanitize-recover=all")
 
 
 class ClangCompiler(Compiler):

@@ -13,7 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fast.shape.symbolic import MulNode, Node, NumNode, SumNode, Variable, as_node, sint, sint_prod, sym_and
-from fast.shape.view import Range, View, strides_for_shape
+from fast.shape.view import Range, View, is_symbolic, strides_for_shape
+
+
+def _symbolic_view(view: View) -> bool:
+    return is_symbolic(view.shape, view.strides, view.offset, view.mask)
 
 
 def _default_idxs(shape: Sequence[sint]) -> list[Node]:
@@ -43,6 +47,23 @@ class ShapeTracker:
 
     views: tuple[View, ...]
 
+    def __hash__(self) -> int:
+        """Cached: trackers key the lazy graph's weak cache on every node built."""
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(self.views)
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether any view holds a symbolic value (shape, stride, offset or mask); cached."""
+        cached: bool | None = self.__dict__.get("_symbolic")
+        if cached is None:
+            cached = any(_symbolic_view(view) for view in self.views)
+            object.__setattr__(self, "_symbolic", cached)
+        return cached
+
     def __post_init__(self) -> None:
         if not isinstance(self.views, tuple) or not self.views or not all(isinstance(v, View) for v in self.views):
             raise TypeError(f"ShapeTracker: views must be a non-empty tuple of View, got {self.views!r}")
@@ -58,7 +79,12 @@ class ShapeTracker:
 
     @property
     def size(self) -> sint:
-        return sint_prod(self.shape)
+        """The number of elements (an int whenever it is constant); cached."""
+        cached: sint | None = self.__dict__.get("_size")
+        if cached is None:
+            cached = sint_prod(self.shape)
+            object.__setattr__(self, "_size", cached)
+        return cached
 
     @property
     def contiguous(self) -> bool:

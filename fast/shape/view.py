@@ -121,9 +121,9 @@ def _canonical(shape: tuple[sint, ...], strides: tuple[sint, ...], offset: sint,
 _create_cached = functools.lru_cache(maxsize=8192)(_canonical)
 
 
-def _symbolic(*values: object) -> bool:
+def is_symbolic(*values: object) -> bool:
     """True when any (nested) value is a Node; such views bypass the cache since bound variables compare equal."""
-    return any(_symbolic(*v) if isinstance(v, tuple) else isinstance(v, Node) for v in values)
+    return any(is_symbolic(*v) if isinstance(v, tuple) else isinstance(v, Node) for v in values)
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,14 @@ class View:
     mask: tuple[Range, ...] | None
     contiguous: bool
 
+    def __hash__(self) -> int:
+        """Cached (views are immutable and shared through the creation cache)."""
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.shape, self.strides, self.offset, self.mask, self.contiguous))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @staticmethod
     def create(shape: Sequence[sint], strides: Sequence[sint] | None = None, offset: sint = 0,
                mask: Sequence[Range] | None = None) -> View:
@@ -146,7 +154,7 @@ class View:
         if len(stride_tuple) != len(shape) or (mask_tuple is not None and len(mask_tuple) != len(shape)):
             raise ValueError(f"View.create: shape {shape}, strides {strides} and mask {mask} disagree in length")
         arguments = (shape, stride_tuple, as_sint(offset), mask_tuple)
-        return _canonical(*arguments) if _symbolic(*arguments) else _create_cached(*arguments)
+        return _canonical(*arguments) if is_symbolic(*arguments) else _create_cached(*arguments)
 
     @property
     def all_invalid(self) -> bool:
@@ -302,7 +310,7 @@ class View:
         if self.all_invalid or other.all_invalid:
             return View.create(other.shape, mask=((0, 0),) * len(other.shape)) if other.shape else None
         base = self.minify()
-        if _symbolic(base.shape, base.strides, base.offset, base.mask, other.shape, other.strides, other.offset,
+        if is_symbolic(base.shape, base.strides, base.offset, base.mask, other.shape, other.strides, other.offset,
                      other.mask):
             return None
         return _compose(base, other)

@@ -24,10 +24,6 @@ from fast.runtime.base import Compiled
 from fast.runtime.disk import DiskAllocator, DiskMemory, create
 from fast.shape.shapetracker import ShapeTracker
 
-ASSIGN_XFAIL = pytest.mark.xfail(strict=True, reason=(
-    "an ASSIGN into DISK is scheduled as a kernel, and DISK runs no kernels; needs the schedule.py / "
-    "fusion.py / lazy.py changes in the DISK report (assign on DISK becomes a COPY item into the target)"))
-
 
 def disk(tmp_path: Path, name: str = "data.bin") -> str:
     return f"DISK:{tmp_path / name}"
@@ -298,7 +294,6 @@ def test_same_itemsize_bitcast_on_disk_is_a_view(tmp_path):
     np.testing.assert_array_equal(ref_out, array.view(np.uint32))
 
 
-@ASSIGN_XFAIL
 def test_assign_into_a_disk_buffer_writes_the_file(tmp_path):
     name = disk(tmp_path)
     old, new = np.zeros(8, dtype=np.int32), np.arange(8, dtype=np.int32) * 3 - 5
@@ -313,7 +308,6 @@ def test_assign_into_a_disk_buffer_writes_the_file(tmp_path):
     assert file_bytes(name) == new.tobytes()
 
 
-@ASSIGN_XFAIL
 def test_assign_into_a_disk_window_leaves_the_rest_of_the_file(tmp_path):
     name = disk(tmp_path)
     old = np.arange(12, dtype=np.int16)
@@ -337,8 +331,6 @@ STRIDED_BITCASTS = {  # name: (movement on a (4, 8) uint8 DISK buffer, the same 
 }
 
 
-@pytest.mark.xfail(strict=True, reason="bitcast of a non-consecutive DISK view raises RuntimeError; needs "
-                   "lazy_ops.disk_strided_bitcast from the DISK report")
 @pytest.mark.parametrize("case", sorted(STRIDED_BITCASTS))
 def test_shape_changing_bitcast_of_a_non_consecutive_disk_slice(tmp_path, case):
     move, numpy_move, target = STRIDED_BITCASTS[case]

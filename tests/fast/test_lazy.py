@@ -97,7 +97,7 @@ def test_weak_cache_returns_the_same_object_and_forgets_dead_ones() -> None:
     assert x.r(ReduceOps.SUM, (1,)) is x.r(ReduceOps.SUM, (1,))
     assert x.const(0.0) is not x.const(-0.0)
     node = x.e(UnaryOps.EXP2)
-    keys = [key for key, value in lazy_module._CACHE.items() if value is node]
+    keys = [key for key, entry in lazy_module._CACHE.items() if entry() is node]
     dead = weakref.ref(node)
     del node
     gc.collect()
@@ -362,8 +362,12 @@ def test_assign_structure_and_errors(allocator: NumpyAllocator) -> None:
         a.assign(empty((2, 2)))
     with pytest.raises(TypeError, match="ASSIGN: dtype"):
         a.assign(empty((4,), I32))
-    with pytest.raises(ValueError, match="whole buffer"):
+    with pytest.raises(RuntimeError, match="ASSIGN: the target must be a realized buffer"):
         from_numpy(np.zeros(8, np.float32), "CLANG").shrink(((0, 4),)).assign(x)
+    with pytest.raises(RuntimeError, match="ASSIGN: the target must be a realized buffer"):
+        a.reshape((2, 2)).assign(empty((2, 2)))  # a view, even a whole contiguous one, is not the buffer
+    with pytest.raises(RuntimeError, match="ASSIGN: the target must be a realized buffer"):
+        a.e(UnaryOps.NEG).assign(x)
     done = a.assign(x)
     assert done.op is LoadOps.ASSIGN and done.srcs == (x, a) and done.buffer is a.buffer and done.forced_realize
     assert done.realized is None  # its Buffer is allocated, but the assign has not run
@@ -435,3 +439,13 @@ def test_disk_views_and_shape_changing_bitcast(allocator: NumpyAllocator) -> Non
         disk.shrink(((0, 4), (0, 3))).cast(dtypes.int16, bitcast=True)
     with pytest.raises(TypeError, match="only supported on DISK"):
         from_numpy(np.zeros(4, np.uint8), "CLANG").cast(I32, bitcast=True)
+
+
+def test_same_dtype_casts_are_validated_before_returning_self(tmp_path) -> None:
+    flags = from_numpy(np.array([True, False]), "CLANG")
+    with pytest.raises(TypeError, match="BITCAST"):
+        flags.cast(dtypes.bool, bitcast=True)
+    on_disk = from_numpy(np.arange(4, dtype=np.int32), f"DISK:{tmp_path / 'cast.bin'}")
+    with pytest.raises(RuntimeError, match="CAST"):
+        on_disk.cast(I32)
+    assert on_disk.cast(I32, bitcast=True) is on_disk and flags.cast(dtypes.bool) is flags

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fast
+from fast import allreduce as allreduce_module
 from fast import config
-from fast import multi as multi_module
 from fast.dtype import dtypes
 from fast.lazy import LazyBuffer
 from fast.multi import MultiLazyBuffer, all_reduce, ring_chunks, use_ring
@@ -296,8 +296,8 @@ def test_all_reduce_dispatch(monkeypatch, ring, ndev, numel, expected):
             return list(parts)
         return record
 
-    monkeypatch.setattr(multi_module, "_ring_all_reduce", spy("ring"))
-    monkeypatch.setattr(multi_module, "_naive_all_reduce", spy("naive"))
+    monkeypatch.setattr(allreduce_module, "_ring_all_reduce", spy("ring"))
+    monkeypatch.setattr(allreduce_module, "_naive_all_reduce", spy("naive"))
     with config.override(ring=ring):
         all_reduce(ReduceOps.SUM, [empty((numel,), device=d) for d in DEVICES[:ndev]])
     assert called == [expected]

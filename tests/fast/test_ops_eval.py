@@ -7,8 +7,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fast.dtype import ALL, dtypes
-from fast.ops import (BinaryOps, TernaryOps, UnaryOps, bitcast_const, cast_const, exec_alu, normalize_const, round_float,
-                      supports, wrap_int)
+from fast.ops import (
+    BinaryOps,
+    TernaryOps,
+    UnaryOps,
+    bitcast_const,
+    cast_const,
+    exec_alu,
+    normalize_const,
+    round_float,
+    supports,
+    wrap_int,
+)
 
 INT_DTYPES = [dt for dt in ALL if dtypes.is_int(dt)]
 

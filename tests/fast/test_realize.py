@@ -176,3 +176,12 @@ def test_custom_output_in_bfloat16_rounds_to_nearest_even() -> None:
     result = to_numpy(custom)
     np.testing.assert_array_equal(result, [1.0, 1.015625, -0.0])
     assert np.signbit(result[2])
+
+
+def test_kernels_storing_zeros_of_either_sign_are_cached_apart() -> None:
+    """The program cache keys constants by their bits: -0.0 == 0.0 must not reuse 0.0's kernel."""
+    template = from_numpy(np.ones(3, np.float32), "CLANG")
+    positive, negative = (to_numpy(template.const(zero).contiguous()) for zero in (0.0, -0.0))
+    assert not np.signbit(positive).any() and np.signbit(negative).all()
+    nan_bits = [to_numpy(template.const(value).contiguous()) for value in (float("nan"), float("inf"))]
+    assert np.isnan(nan_bits[0]).all() and np.isinf(nan_bits[1]).all()

@@ -8,12 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import fast
 from fast import config
 from fast.codegen import lower
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, MemBuffer
 from fast.runtime.base import COMPILE_COUNTER, Compiled, HostAllocator
-from fast.runtime.clang import BASE_FLAGS, ClangCompiler, ClangProgram, compile_flags, compiler_path, create
+from fast.runtime.clang import (
+    BASE_FLAGS,
+    ClangCompiler,
+    ClangProgram,
+    compile_flags,
+    compiler_path,
+    create,
+    is_gcc,
+)
 from fast.shape.shapetracker import ShapeTracker
 
 SOURCE = "#include <stdint.h>\nvoid add_one(int32_t* restrict data0, int64_t n) { for (int64_t i = 0; i < n; i++) " \
@@ -150,3 +159,52 @@ def test_devices_are_records_sharing_one_runtime():
     for bad in ("LLVM", "CLANG:x", "clang"):
         with pytest.raises(ValueError, match="CLANG"):
             create(bad)
+
+
+# ---------------------------------------------------------------- GCC bug 110381 (see fast/runtime/clang.py)
+
+FLIPPED_SUM = """#include <stdint.h>
+void flipped_sum(float* restrict data0, float* restrict data1) {
+  float acc = 0.0f;
+  for (int64_t i = 0; i < 4; i++) {
+    acc = acc + data1[i * 6 + 5]; acc = acc + data1[i * 6 + 4]; acc = acc + data1[i * 6 + 3];
+    acc = acc + data1[i * 6 + 2]; acc = acc + data1[i * 6 + 1]; acc = acc + data1[i * 6];
+  }
+  data0[0] = acc;
+}
+"""
+
+
+def test_gcc_gets_the_loop_vectorizer_workaround():
+    path = compiler_path()
+    flags = compile_flags(path)
+    assert ("-fno-tree-loop-vectorize" in flags) == is_gcc(path)
+    with config.override(ubsan=True):
+        assert set(compile_flags(path)) > set(flags)  # sanitizers add to the flags, never replace them
+
+
+def test_the_kernel_gcc_miscompiled_sums_correctly_with_our_flags(cache_dir):
+    """The standalone kernel from the report (what lowering emits for a flipped 4x6 float32 sum):
+    GCC 12.2 -O2 without the workaround returns 326 instead of 276."""
+    program = ClangProgram("flipped_sum", ClangCompiler().compile_cached(FLIPPED_SUM))
+    allocator = HostAllocator()
+    out, data = allocator.alloc(4), allocator.alloc(24 * 4)
+    allocator.copyin(data, memoryview(np.arange(24, dtype=np.float32).view(np.uint8)))
+    program(out, data)
+    result = np.empty(1, np.float32)
+    allocator.copyout(memoryview(result.view(np.uint8)), out)
+    assert result[0] == 276.0
+
+
+@pytest.mark.parametrize("noopt", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_flipped_and_strided_reductions_match_numpy(noopt, dtype):
+    rng = np.random.default_rng(3)
+    for shape, steps, axes in [((4, 6), (1, -1), (0, 1)), ((8, 8), (1, -1), (0, 1)),
+                               ((2, 3, 4), (-1, 1, -1), (0, 1, 2)), ((2, 3, 4), (2, 1, -1), (0, 1, 2)),
+                               ((4, 6), (-1, -2), (1,)), ((3, 8), (1, -2), (0, 1))]:
+        array = rng.integers(-50, 50, size=shape).astype(dtype)
+        view = array[tuple(slice(None, None, step) for step in steps)]
+        with config.override(noopt=noopt):
+            got = fast.to_numpy(fast.from_numpy(array, "CLANG").stride(steps).r(fast.ReduceOps.SUM, axes))
+        assert np.array_equal(got, view.sum(axis=axes, keepdims=True).astype(dtype)), (shape, steps, axes)
