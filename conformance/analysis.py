@@ -1,0 +1,188 @@
+"""Static facts about each value of a program, derived from the steps alone (no package involved).
+
+`Info` carries shape, dtype and placement, plus the flags that decide how a value is compared:
+- `approx`: the value may legitimately differ by a positive tolerance (it passed through a
+  transcendental or a float SUM); strategies never feed it to discontinuous ops.
+- `aux`: the expected side builds a tolerance graph for it (approx, or unspecified elements).
+- `zero_sign`: the sign of its zeros is unspecified (MAX(-0.0, 0.0), float SUM, shard summing).
+- `payload`: the bits of its NaNs are defined (from data, bitcast or movement only).
+- `const`: "const" for an unmasked, unrealized constant, "masked" once a constant is padded.
+`infer(step, infos)` is total for the valid steps strategies emit; it raises ValueError for misuse
+of sharding rules (so strategies can test a candidate step first).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from conformance import layout as lay
+from conformance.layout import Layout, Shape
+from conformance.program import (
+    Assign,
+    Cast,
+    ConstLike,
+    Contiguous,
+    Copy,
+    Custom,
+    Elementwise,
+    Fetch,
+    Leaf,
+    LoadConst,
+    LoadEmpty,
+    Movement,
+    Program,
+    Realize,
+    Reduce,
+    Shard,
+    Step,
+)
+from conformance.vocab import FLOATS, ITEMSIZE, TRANSCENDENTAL, is_disk, result_dtype
+
+
+@dataclass(frozen=True)
+class Info:
+    shape: Shape
+    dtype: str
+    device: str = ""
+    layout: Layout | None = None
+    approx: bool = False
+    aux: bool = False
+    zero_sign: bool = False
+    payload: bool = True
+    const: str = ""
+    defined: bool = True
+    consecutive: bool = True  # on DISK: the view reads one ascending run of whole elements
+
+    @property
+    def multi(self) -> bool:
+        return self.layout is not None
+
+    @property
+    def disk(self) -> bool:
+        return is_disk(self.device)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOATS
+
+
+def _elementwise(step: Elementwise, srcs: list[Info]) -> Info:
+    values = srcs[1:] if step.op == "WHERE" else srcs
+    dtype = result_dtype(step.op, values[0].dtype)
+    is_float = dtype in FLOATS
+    approx = any(s.approx for s in srcs) or (step.op in TRANSCENDENTAL)
+    layout = lay.elementwise([s.layout for s in srcs if s.layout is not None]) if srcs[0].multi else None
+    # MAX(-0.0, 0.0) may give either zero; folding x+0 to x keeps the sign a kernel would drop
+    folded_zero = step.op in ("ADD", "SUB", "MULACC") and any(s.const == "const" for s in srcs)
+    return Info(
+        shape=srcs[0].shape, dtype=dtype, device=srcs[0].device, layout=layout, approx=approx and is_float,
+        aux=approx or any(s.aux for s in srcs),
+        zero_sign=is_float and (any(s.zero_sign for s in values) or step.op == "MAX" or folded_zero),
+        payload=False, const="const" if all(s.const == "const" for s in srcs) else "")
+
+
+def _reduce(step: Reduce, src: Info) -> Info:
+    shape = tuple(1 if i in step.axes else s for i, s in enumerate(src.shape))
+    approx = src.approx or (step.op == "SUM" and src.is_float)
+    layout = lay.reduce(src.layout, step.axes) if src.layout is not None else None
+    return replace(src, shape=shape, layout=layout, approx=approx, aux=src.aux or approx,
+                   zero_sign=src.is_float, payload=False,
+                   const="const" if src.const == "const" else "")
+
+
+def _movement(step: Movement, src: Info) -> Info:
+    shape = lay.movement_shape(src.shape, step.kind, step.arg)
+    layout = lay.movement(src.layout, src.shape, step.kind, step.arg, shape) if src.layout is not None else None
+    const = "masked" if src.const and step.kind == "pad" and shape != src.shape else src.const
+    consecutive = src.consecutive and stays_consecutive(step.kind, step.arg, src.shape, shape)
+    return replace(src, shape=shape, layout=layout, const=const, consecutive=consecutive)
+
+
+def stays_consecutive(kind: str, arg: tuple, shape: Shape, new: Shape) -> bool:  # type: ignore[type-arg]
+    """Whether a movement keeps a consecutive view consecutive (docs/api.md, DISK); conservative."""
+    if 0 in new or kind == "reshape":
+        return True
+    if kind == "shrink":
+        cut = [i for i, (pair, size) in enumerate(zip(arg, shape, strict=True)) if pair != (0, size)]
+        return not cut or (all(shape[i] == 1 for i in range(cut[0])) and cut == [cut[0]])
+    if kind == "permute":
+        moved = [a for a in arg if shape[a] > 1]
+        return moved == sorted(moved)
+    if kind == "stride":
+        return all(step == 1 or size <= 1 for step, size in zip(arg, shape, strict=True))
+    return new == shape  # expand or pad: only when nothing changed
+
+
+def _cast(step: Cast, src: Info) -> Info:
+    to_float = step.dtype in FLOATS
+    if step.bitcast:
+        taint = src.is_float and (not src.payload or src.zero_sign)
+        size, new_size = ITEMSIZE[src.dtype], ITEMSIZE[step.dtype]
+        shape = src.shape if size == new_size else (*src.shape[:-1], src.shape[-1] * size // new_size)
+        return replace(src, dtype=step.dtype, shape=shape, aux=src.aux or taint, approx=False,
+                       zero_sign=to_float and src.zero_sign and src.is_float,
+                       payload=src.payload if src.is_float else True, const="")
+    if src.is_float and not to_float:  # float -> int/bool: unspecified elements masked (to bool: exact)
+        return replace(src, dtype=step.dtype, aux=src.aux or step.dtype != "bool", approx=False,
+                       zero_sign=False, payload=True)
+    return replace(src, dtype=step.dtype, approx=src.approx and to_float, zero_sign=src.zero_sign and to_float,
+                   payload=not src.is_float)
+
+
+def _copy(step: Copy, src: Info) -> Info:
+    if src.layout is None:
+        return replace(src, device=step.device, consecutive=True)
+    summed = src.layout.axis is not None  # shards are padded and added: -0.0 + 0.0 is 0.0, NaN bits change
+    return replace(src, device=step.device, layout=None, zero_sign=src.zero_sign or (summed and src.is_float),
+                   payload=src.payload and not summed)
+
+
+def infer(step: Step, infos: list[Info | None]) -> Info | None:
+    """The Info of the value `step` produces (None for Realize/Fetch)."""
+    def src(i: int) -> Info:
+        info = infos[i]
+        assert info is not None, f"step refers to {i}, which holds no value"
+        return info
+    if isinstance(step, Leaf):
+        return Info(step.data.shape, step.data.dtype, device=step.device)
+    if isinstance(step, LoadConst):
+        return Info(step.shape, step.dtype, device=step.device, const="const")
+    if isinstance(step, LoadEmpty):
+        return Info(step.shape, step.dtype, device=step.device, defined=False)
+    if isinstance(step, Custom):
+        return Info(step.shape, step.dtype, device=step.device, payload=False)
+    if isinstance(step, ConstLike):
+        base = src(step.src)
+        shape = base.shape if step.shape is None else step.shape
+        return Info(shape, base.dtype, device=base.device, layout=base.layout, const="const")
+    if isinstance(step, Elementwise):
+        return _elementwise(step, [src(i) for i in step.srcs])
+    if isinstance(step, Reduce):
+        return _reduce(step, src(step.src))
+    if isinstance(step, Movement):
+        return _movement(step, src(step.src))
+    if isinstance(step, Cast):
+        return _cast(step, src(step.src))
+    if isinstance(step, Contiguous):
+        return replace(src(step.src), const="")
+    if isinstance(step, Copy):
+        return _copy(step, src(step.src))
+    if isinstance(step, Shard):
+        base = src(step.src)
+        return replace(base, device="", layout=lay.shard(base.shape, step.devices, step.axis))
+    if isinstance(step, Assign):
+        value = src(step.value)
+        return replace(src(step.target), approx=value.approx, aux=value.aux, zero_sign=value.zero_sign,
+                       payload=value.payload, const="", defined=True)
+    assert isinstance(step, (Realize, Fetch)), step
+    return None
+
+
+def analyze(program: Program) -> list[Info | None]:
+    """Infos of every step; the last step of a program that expects an error gets None."""
+    infos: list[Info | None] = []
+    for index, step in enumerate(program.steps):
+        if program.expect is not None and index == len(program.steps) - 1:
+            infos.append(None)
+        else:
+            infos.append(infer(step, infos))
+    return infos

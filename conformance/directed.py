@@ -1,0 +1,136 @@
+"""Hand-written programs every run starts with: the op tour (tour.py) and the paths random
+generation reaches only rarely.
+
+Split reductions (>= 32768 inputs per output) in several dtypes, ring all-reduces above the
+threshold and forced with RING=2, uneven sharding on 3 and 4 devices, mixed sharded axes, shrink
+to one shard and pad back, a masked constant behind a reshape and expand, the stale read after an
+assign, and (when DISK is enabled) copies through DISK views.
+"""
+from __future__ import annotations
+
+from conformance.profiles import GenConfig
+from conformance.program import (
+    ArrayData,
+    Assign,
+    Contiguous,
+    Copy,
+    Elementwise,
+    Fetch,
+    Leaf,
+    LoadConst,
+    Movement,
+    Program,
+    Realize,
+    Reduce,
+    Shard,
+    Step,
+)
+from conformance.tour import tour_programs
+
+
+def _random(dtype: str, shape: tuple[int, ...], seed: int, device: str) -> Leaf:
+    return Leaf(ArrayData(dtype, shape, seed=seed), device)
+
+
+def _iota(dtype: str, shape: tuple[int, ...], device: str, scale: float = 1.0) -> Leaf:
+    size = 1
+    for s in shape:
+        size *= s
+    values = tuple((i % 11 - 5) * scale if dtype.startswith("float") else (i % 11 - 5 if dtype[0] == "i" else i % 11)
+                   for i in range(size))
+    return Leaf(ArrayData(dtype, shape, tuple(values)), device)
+
+
+def split_reductions(dev: str) -> list[Program]:
+    out = []
+    for seed, (dtype, shape, op) in enumerate((("int32", (1, 65536), "SUM"), ("float32", (2, 32768), "SUM"),
+                                                ("float16", (65536,), "MAX"), ("bool", (4, 40000), "SUM"),
+                                                ("uint8", (1, 65536), "SUM"), ("float64", (3, 65536), "MAX"))):
+        steps: list[Step] = [_random(dtype, shape, seed, dev), Elementwise("ADD", (0, 0)),
+                             Reduce(1, op, (len(shape) - 1,)), Fetch(2)]
+        out.append(Program(tuple(steps)))
+    return out
+
+
+def ring_reductions(cfg: GenConfig) -> list[Program]:
+    out = []
+    if cfg.max_devices >= 3:
+        devices = cfg.shard_devices(min(4, cfg.max_devices))
+        count = len(devices)
+        big: list[Step] = [_random("int32", (count, 256_064), 7, devices[0]), Shard(0, devices, 0),
+                           Reduce(1, "SUM", (0,)), Fetch(2)]
+        out.append(Program(tuple(big)))
+        big_float: list[Step] = [_random("float32", (3, 256_003), 8, devices[0]), Shard(0, devices[:3], 0),
+                                 Reduce(1, "MAX", (0,)), Fetch(2)]
+        out.append(Program(tuple(big_float)))
+    for count in range(2, cfg.max_devices + 1):
+        devices = cfg.shard_devices(count)
+        small: list[Step] = [_iota("int32", (count * 2 - 1, 7), devices[0]), Shard(0, devices, 0),
+                             Reduce(1, "SUM", (0,)), Fetch(2), Reduce(1, "MAX", (0, 1)), Fetch(4)]
+        out.append(Program(tuple(small), ring=2))
+        out.append(Program(tuple(small)))
+    return out
+
+
+def sharding(cfg: GenConfig) -> list[Program]:
+    out = []
+    for count in range(2, cfg.max_devices + 1):
+        devices = cfg.shard_devices(count)
+        dev = devices[0]
+        rows = count * 2 - 1  # uneven
+        steps: list[Step] = [
+            _iota("float32", (rows, count), dev), Shard(0, devices, 0), _iota("float32", (rows, count), dev, 0.5),
+            Shard(2, devices, 1), Elementwise("ADD", (1, 3)), Fetch(4),            # mixed axes
+            Movement(1, "shrink", ((0, 2), (0, count))), Fetch(6),                 # shrink to shard 0
+            Movement(6, "pad", ((0, rows - 2), (0, 0))), Fetch(8),                 # and pad back
+            Reduce(1, "SUM", (1,)), Fetch(10), Copy(1, dev), Fetch(12),            # reduce kept axis, copy out
+            Movement(1, "permute", (1, 0)), Reduce(14, "MAX", (1,)), Fetch(15),    # reduce over moved axis
+            Reduce(6, "SUM", (0,)), Fetch(17),                                     # over axis, partly real
+        ]
+        out.append(Program(tuple(steps)))
+        assign: list[Step] = [_iota("int16", (rows, 3), dev), Shard(0, devices, 0), Contiguous(1), Realize((2,)),
+                              _iota("int16", (rows, 3), dev), Shard(4, devices, 0), Elementwise("ADD", (2, 5)),
+                              Assign(2, 6), Realize((7,)), Fetch(7), Fetch(0)]
+        out.append(Program(tuple(assign)))
+    devices = cfg.shard_devices(min(3, cfg.max_devices))
+    deep: list[Step] = [_iota("int32", (2, 2, 5), devices[0]), Shard(0, devices, 2),
+                        _iota("int32", (2, 2, 5), devices[0]), Shard(2, devices, None), Elementwise("MUL", (1, 3)),
+                        Fetch(4), Reduce(4, "SUM", (2,)), Fetch(6)]
+    out.append(Program(tuple(deep)))
+    return out
+
+
+def graph_traps(dev: str) -> list[Program]:
+    masked: list[Step] = [LoadConst((2, 3), "float32", dev, 2.0), Movement(0, "pad", ((1, 1), (0, 1))),
+                          Movement(1, "reshape", (4, 4, 1)), Movement(2, "expand", (4, 4, 3)),
+                          LoadConst((4, 4, 3), "float32", dev, 1.0), Elementwise("DIV", (4, 3)), Fetch(5)]
+    stale: list[Step] = [_iota("int32", (3, 2), dev), Realize((0,)), _iota("int32", (3, 2), dev),
+                         Elementwise("ADD", (0, 2)), Elementwise("MAX", (0, 2)), Realize((4,)),
+                         Elementwise("MUL", (0, 2)), Elementwise("MAX", (2, 0)), Assign(0, 7), Realize((8, 3)),
+                         Fetch(8), Fetch(3), Fetch(4), Fetch(0), Realize((6,))]
+    wrap: list[Step] = [LoadConst((3,), "int32", dev, -1), Elementwise("ADD", (0, 0)),
+                        LoadConst((3,), "uint16", dev, -1), Fetch(1), Fetch(2)]
+    alias: list[Step] = [_iota("int32", (3, 2), dev), Movement(0, "shrink", ((0, 2), (0, 2))), Contiguous(1),
+                         Realize((2,)), _iota("int32", (2, 2), dev, 7), Assign(2, 4), Realize((5,)), Fetch(5),
+                         Fetch(0)]
+    empty: list[Step] = [_iota("int8", (0, 3), dev), Reduce(0, "MAX", (0,)), Fetch(1), _iota("float16", (2, 0), dev),
+                         Reduce(3, "SUM", (1,)), Fetch(4), Reduce(3, "MAX", (0, 1)), Fetch(6)]
+    return [Program(tuple(masked)), Program(tuple(stale), expect="RuntimeError"), Program(tuple(wrap)),
+            Program(tuple(alias)), Program(tuple(empty))]
+
+
+def disk(cfg: GenConfig) -> list[Program]:
+    if cfg.disk_dir is None:
+        return []
+    dev = cfg.kinds[0]
+    steps: list[Step] = [_iota("float32", (4, 6), dev), Copy(0, f"DISK:{cfg.disk_dir}/directed0"), Realize((1,)),
+                         Movement(1, "shrink", ((1, 3), (0, 6))), Movement(3, "permute", (1, 0)),
+                         Copy(4, dev), Fetch(5), Movement(1, "stride", (-1, 2)), Copy(7, dev), Fetch(8)]
+    return [Program(tuple(steps))]
+
+
+def directed_programs(cfg: GenConfig) -> list[Program]:
+    """Every run's fixed programs: the op tour of each device kind, then the rare paths above."""
+    dev = cfg.kinds[0]
+    tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
+    return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev), *disk(cfg)]

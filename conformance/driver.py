@@ -1,0 +1,189 @@
+"""Replays a Program through a package's public API and records what happened.
+
+`replay(pkg, program, tolerances=...)` runs the steps in order. It records, for every value step,
+the value's shape and dtype name; for every `Fetch`, the array `to_numpy` returned (and, on the
+expected side, the tolerance array of the same shape); and the first exception raised (its type
+name, message and step index), after which it stops. A driver never lets an exception escape:
+whatever the package does is an outcome to compare.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from conformance.analysis import Info, analyze
+from conformance.program import (
+    Assign,
+    Cast,
+    ConstLike,
+    Contiguous,
+    Copy,
+    Custom,
+    Elementwise,
+    Fetch,
+    Leaf,
+    LoadConst,
+    LoadEmpty,
+    Movement,
+    Program,
+    Realize,
+    Reduce,
+    Shard,
+    Step,
+    custom_function,
+    produces_value,
+)
+from conformance.tolerance import ToleranceBuilder
+from conformance.vocab import OP_CLASS, canonical_device
+
+
+@dataclass(frozen=True)
+class Fetched:
+    step: int
+    item: int
+    dtype: str
+    shape: tuple[int, ...]
+    array: np.ndarray
+    tolerance: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Raised:
+    step: int
+    kind: str
+    message: str
+
+
+@dataclass
+class Outcome:
+    shapes: dict[int, tuple[tuple[int, ...], str, object]] = field(default_factory=dict)  # shape, dtype, device
+    fetched: list[Fetched] = field(default_factory=list)
+    error: Raised | None = None
+    tolerance_failures: int = 0  # tolerance graphs the expected side could not build (elements skipped)
+
+
+class _Replay:
+    def __init__(self, pkg: ModuleType, program: Program, tolerances: bool) -> None:
+        self.pkg, self.program = pkg, program
+        self.infos: list[Info | None] = analyze(program)
+        self.values: dict[int, Any] = {}
+        self.tols: dict[int, Any] = {}
+        self.builder = ToleranceBuilder(pkg) if tolerances else None
+        self.outcome = Outcome()
+
+    def dtype(self, name: str) -> Any:
+        return getattr(self.pkg.dtypes, name)
+
+    def apply(self, step: Step) -> Any:  # noqa: C901 - one branch per step kind
+        v, pkg = self.values, self.pkg
+        if isinstance(step, Leaf):
+            return pkg.from_numpy(step.data.build(), step.device)
+        if isinstance(step, LoadConst):
+            return pkg.LazyBuffer.loadop(pkg.LoadOps.CONST, step.shape, self.dtype(step.dtype), step.device,
+                                         arg=step.value)
+        if isinstance(step, LoadEmpty):
+            return pkg.LazyBuffer.loadop(pkg.LoadOps.EMPTY, step.shape, self.dtype(step.dtype), step.device)
+        if isinstance(step, Custom):
+            return pkg.LazyBuffer.loadop(pkg.LoadOps.CUSTOM, step.shape, self.dtype(step.dtype), step.device,
+                                         arg=custom_function(step.fn), src=tuple(v[s] for s in step.srcs))
+        if isinstance(step, ConstLike):
+            return v[step.src].const(step.value) if step.shape is None else v[step.src].const(step.value, step.shape)
+        if isinstance(step, Elementwise):
+            op = getattr(getattr(pkg, OP_CLASS[step.op]), step.op)
+            return v[step.srcs[0]].e(op, *(v[s] for s in step.srcs[1:]))
+        if isinstance(step, Reduce):
+            return v[step.src].r(getattr(pkg.ReduceOps, step.op), step.axes)
+        if isinstance(step, Movement):
+            return getattr(v[step.src], step.kind)(step.arg)
+        if isinstance(step, Cast):
+            return v[step.src].cast(self.dtype(step.dtype), bitcast=step.bitcast) if step.bitcast else \
+                v[step.src].cast(self.dtype(step.dtype))
+        if isinstance(step, Contiguous):
+            return v[step.src].contiguous()
+        if isinstance(step, Copy):
+            return v[step.src].copy_to_device(step.device, force=True) if step.force else \
+                v[step.src].copy_to_device(step.device)
+        if isinstance(step, Shard):
+            return pkg.MultiLazyBuffer.from_sharded(v[step.src], step.devices, step.axis)
+        if isinstance(step, Assign):
+            return v[step.target].assign(v[step.value])
+        if isinstance(step, Realize):
+            return pkg.realize(*(v[i] for i in step.items))
+        raise TypeError(f"unknown step {step!r}")
+
+    def fetch(self, index: int, step: Fetch) -> None:
+        value, tol = self.values[step.item], self.tols.get(step.item)
+        if tol is not None and tol is not _UNBUILT:
+            self.pkg.realize(value, tol)
+        array = self.pkg.to_numpy(value)
+        if tol is _UNBUILT:
+            tolerance: np.ndarray | None = np.full(array.shape, np.nan)
+        else:
+            tolerance = None if tol is None else np.asarray(self.pkg.to_numpy(tol), dtype=np.float64)
+        self.outcome.fetched.append(Fetched(index, step.item, value.dtype.name, tuple(value.shape), array, tolerance))
+
+    def build_tolerance(self, index: int, step: Step, value: Any) -> None:
+        info = self.infos[index]
+        if self.builder is None or info is None or not info.aux:
+            return
+        refs = step.refs()
+        srcs = [self.infos[i] for i in refs]
+        try:
+            tol = self.builder.build(step, info, srcs, [self.values[i] for i in refs],  # type: ignore[arg-type]
+                                     [self.tols.get(i) for i in refs], value)
+        except Exception:  # noqa: BLE001 - the expected side could not build it: skip these elements
+            self.outcome.tolerance_failures += 1
+            tol = _UNBUILT
+        self.tols[index] = tol
+
+    def run(self) -> Outcome:
+        for index, step in enumerate(self.program.steps):
+            try:
+                if isinstance(step, Fetch):
+                    self.fetch(index, step)
+                    continue
+                value = self.apply(step)
+                if produces_value(step):
+                    self.outcome.shapes[index] = (tuple(value.shape), value.dtype.name, _device(value.device))
+            except Exception as error:  # noqa: BLE001 - every error is an outcome
+                self.outcome.error = Raised(index, type(error).__name__, str(error)[:300])
+                break
+            if produces_value(step):
+                self.values[index] = value
+                self.build_tolerance(index, step, value)
+        return self.outcome
+
+
+_UNBUILT = object()
+
+
+def _device(device: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    """The device property in canonical spelling (`X:0` is `X`)."""
+    return tuple(map(canonical_device, device)) if isinstance(device, tuple) else canonical_device(device)
+
+
+@contextlib.contextmanager
+def _ring(pkg: ModuleType, ring: int | None) -> Iterator[None]:
+    """`config.override(ring=...)` when the package has one (fast); nothing otherwise."""
+    if ring is None:
+        yield
+        return
+    try:
+        config = importlib.import_module(pkg.__name__ + ".config")
+    except ImportError:
+        yield
+        return
+    with config.override(ring=ring):
+        yield
+
+
+def replay(pkg: ModuleType, program: Program, tolerances: bool = False) -> Outcome:
+    """Run `program` on `pkg`; with `tolerances`, also fetch each fetched value's tolerance array."""
+    with _ring(pkg, program.ring):
+        return _Replay(pkg, program, tolerances).run()

@@ -1,0 +1,168 @@
+"""Planted bugs for `fast`, written against its actual internals. Each returns an undo callable.
+
+Every patch also empties fast's per-process kernel cache (`engine.realize.PROGRAMS`) and restores it
+on undo, so no kernel compiled with the bug outlives the patch and none compiled before it hides it.
+A missing patch point raises AttributeError: a renamed internal fails the mutation test loudly.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, MutableMapping
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+Undo = Callable[[], None]
+
+
+def set_attribute(owner: Any, name: str, value: Any) -> Undo:
+    old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, value)
+    return lambda: setattr(owner, name, old)
+
+
+def set_item(mapping: MutableMapping[Any, Any], key: Any, value: Any) -> Undo:
+    old = mapping[key]
+    mapping[key] = value
+    return lambda: mapping.__setitem__(key, old)
+
+
+def combine(*undos: Undo) -> Undo:
+    """One undo running the given ones in reverse order."""
+    def undo() -> None:
+        for step in reversed(undos):
+            step()
+    return undo
+
+
+def _module(fast: ModuleType, name: str) -> ModuleType:
+    return importlib.import_module(f"{fast.__name__}.{name}")
+
+
+def _fresh_kernels(fast: ModuleType, *undos: Undo) -> Undo:
+    """Undo the patches and swap the kernel cache back to what it held before them."""
+    programs = _module(fast, "engine.realize").PROGRAMS
+    saved = dict(programs)
+    programs.clear()
+
+    def undo() -> None:
+        combine(*undos)()
+        programs.clear()
+        programs.update(saved)
+    return undo
+
+
+def max_drops_nan(fast: ModuleType) -> Undo:
+    """Float MAX (binary, reduce, folding) returns the other operand when one is NaN (fmax)."""
+    c, ops = _module(fast, "renderer.c"), _module(fast, "ops")
+
+    def helpers(ctype: str) -> str:
+        return (f"static inline {ctype} max_{ctype}({ctype} a, {ctype} b) "
+                "{ return a != a ? b : b != b ? a : a > b ? a : b; }\n")
+    return _fresh_kernels(fast, set_attribute(c, "_float_helpers", helpers),
+                          set_item(ops._FLOAT_RULES, ops.BinaryOps.MAX, lambda a, b: float(np.fmax(a, b))))
+
+
+def sub_swapped(fast: ModuleType) -> Undo:
+    """SUB computes b - a (in kernels and in the constant folder)."""
+    c, ops = _module(fast, "renderer.c"), _module(fast, "ops")
+    kernel = c._Kernel
+    original = kernel.alu
+
+    def alu(self: Any, instr: Any, src_types: list[Any], a: list[str]) -> str:
+        if instr.arg is ops.BinaryOps.SUB:
+            a = [a[1], a[0], *a[2:]]
+        return original(self, instr, src_types, a)  # type: ignore[no-any-return]
+    sub = ops.BinaryOps.SUB
+    return _fresh_kernels(fast, set_attribute(kernel, "alu", alu),
+                          set_item(ops._FLOAT_RULES, sub, lambda a, b: float(b - a)),
+                          set_item(ops._INT_RULES, sub, lambda a, b: b - a))
+
+
+def pad_mask_off_by_one(fast: ModuleType) -> Undo:
+    """View.pad's mask ends one element early on padded axes (the last real element reads as 0)."""
+    view_module = _module(fast, "shape.view")
+    view_class = view_module.View
+    original = view_class.pad
+
+    def pad(self: Any, arg: Any) -> Any:
+        out = original(self, arg)
+        if out is self or out.mask is None:
+            return out
+        mask = tuple((start, end - 1) if tuple(pair) != (0, 0) and end > start else (start, end)
+                     for (start, end), pair in zip(out.mask, arg, strict=True))
+        return view_class.create(out.shape, out.strides, out.offset, mask)
+    return _fresh_kernels(fast, set_attribute(view_class, "pad", pad))
+
+
+def mod_divisor_sign(fast: ModuleType) -> Undo:
+    """Signed integer MOD takes the divisor's sign (Python's %), in kernels and when folding."""
+    c, ops = _module(fast, "renderer.c"), _module(fast, "ops")
+    original = c._int_helpers
+
+    def helpers(dtype: Any) -> str:
+        text = original(dtype)
+        if fast.dtypes.is_unsigned(dtype):
+            return text
+        ctype, name = c.CTYPES[dtype], dtype.name
+        python_mod = (f"static inline {ctype} mod_{name}({ctype} a, {ctype} b) {{ if (b == 0) return a; "
+                      f"if (b == -1) return 0; {ctype} r = ({ctype})(a % b); "
+                      f"return (r != 0 && ((r < 0) != (b < 0))) ? ({ctype})((uint64_t)r + (uint64_t)b) : r; }}\n")
+        return text.split("\n")[0] + "\n" + python_mod
+
+    def fold(a: int, b: int) -> int:
+        return a if b == 0 else a % b
+    return _fresh_kernels(fast, set_attribute(c, "_int_helpers", helpers),
+                          set_item(ops._INT_RULES, ops.BinaryOps.MOD, fold))
+
+
+def replace_everywhere(fast: ModuleType, name: str, original: Any, replacement: Any) -> Undo:
+    """Rebind `name` in every loaded module of the package that holds `original` under it (so a
+    function moved between modules and re-exported is patched where it is called)."""
+    prefix = fast.__name__ + "."
+    owners = [m for key, m in list(sys.modules.items())
+              if (key == fast.__name__ or key.startswith(prefix)) and getattr(m, name, None) is original]
+    if not owners:
+        raise AttributeError(f"no module of {fast.__name__} holds {name}")
+    return combine(*(set_attribute(m, name, replacement) for m in owners))
+
+
+def ring_skips_last_chunk(fast: ModuleType) -> Undo:
+    """The ring all-reduce forgets its last chunk (those elements come back as zeros)."""
+    original = _module(fast, "multi").ring_chunks
+
+    def ring_chunks(numel: int, ndev: int) -> list[tuple[int, int]]:
+        chunks = original(numel, ndev)
+        return chunks[:-1] if len(chunks) > 1 else chunks
+    return _fresh_kernels(fast, replace_everywhere(fast, "ring_chunks", original, ring_chunks))
+
+
+def uneven_shard_floor(fast: ModuleType) -> Undo:
+    """from_sharded with floor-sized shards, the last taking the rest: every boundary shifts."""
+    multi = _module(fast, "multi")
+    mlb = multi.MultiLazyBuffer
+    original = mlb.__dict__["from_sharded"].__func__
+
+    def from_sharded(lb: Any, devices: Any, axis: Any) -> Any:
+        names = tuple(devices)
+        size = None if axis is None else lb.shape[axis]
+        if size is None or size % len(names) == 0 or size < len(names):
+            return original(lb, devices, axis)
+        step = size // len(names)
+        ranges = [(step * i, step * (i + 1)) for i in range(len(names) - 1)] + [(step * (len(names) - 1), size)]
+        whole = [(0, dim) for dim in lb.shape]
+        shards = []
+        for bound, name in zip(ranges, names, strict=True):
+            whole[axis] = bound
+            shards.append(lb.shrink(tuple(whole)).copy_to_device(name))
+        return mlb(shards, axis)
+    return _fresh_kernels(fast, set_attribute(mlb, "from_sharded", staticmethod(from_sharded)))
+
+
+def fold_masked_const(fast: ModuleType) -> Undo:
+    """Constant folding treats a padded (masked) constant as a plain constant."""
+    lazy = _module(fast, "lazy")
+    return _fresh_kernels(fast, set_attribute(lazy.LazyBuffer, "is_unrealized_unmasked_const",
+                                              lambda self: self.is_unrealized_const()))

@@ -1,0 +1,52 @@
+"""Generation settings and the named profiles of the command line.
+
+`ci` is sized to finish within about five minutes on two cores against `fast`; `full` runs 20,000
+examples, meant for about an hour on two cores. Device kinds are parameters: every strategy names
+devices through `GenConfig.single_devices()` and `GenConfig.shard_devices(n)`, so a new kind joins
+by name (`--devices CLANG,LLVM`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    kinds: tuple[str, ...] = ("CLANG",)
+    max_ops: int = 6
+    max_devices: int = 4
+    max_elements: int = 256
+    p_invalid: float = 0.12
+    p_multi: float = 0.3
+    p_big: float = 0.02
+    p_ring_big: float = 0.002
+    p_ring2: float = 0.25
+    disk_dir: str | None = None
+
+    def single_devices(self) -> tuple[str, ...]:
+        """Compute devices a single buffer may live on: every kind, indices 0..max_devices-1."""
+        return tuple(self.device(kind, i) for kind in self.kinds for i in range(self.max_devices))
+
+    @staticmethod
+    def device(kind: str, index: int) -> str:
+        return kind if index == 0 else f"{kind}:{index}"
+
+    def shard_devices(self, count: int, kind: str | None = None) -> tuple[str, ...]:
+        kind = kind or self.kinds[0]
+        return tuple(self.device(kind, i) for i in range(count))
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    examples: int
+    gen: GenConfig = field(default_factory=GenConfig)
+    shrink_seconds: float = 20.0
+    time_limit: float = 270.0  # seconds of generation per run (all workers in parallel)
+
+
+PROFILES = {
+    "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6), shrink_seconds=15.0, time_limit=200.0),
+    "full": Profile("full", examples=20_000, gen=GenConfig(max_ops=8, p_big=0.02, p_ring_big=0.002),
+                    shrink_seconds=60.0, time_limit=3300.0),
+}
