@@ -142,7 +142,7 @@ class Buffer:
     @property
     def version(self) -> int:
         """How many assigns into this memory have been realized (shared with views)."""
-        return self.base._version
+        return (self._base or self)._version
 
     def bump_version(self) -> None:
         """Called by the engine once an assign into this memory has been realized."""

@@ -1,9 +1,9 @@
 """LazyBuffer: a node of the lazy graph (SPEC §1, §4). Building a graph runs nothing.
 
 Shape of the graph:
-- A *base* (`lb.base is lb`) has `op`, `arg`, `srcs`, a `buffer` (a `device.Buffer`, created with the
-  base and allocated only when realized; ASSIGN shares its target's Buffer, VIEW is a zero-copy view
-  of its source's Buffer) and `st` = `ShapeTracker.from_shape(shape)`.
+- A *base* (`lb.base is lb`) has `op`, `arg`, `srcs`, a `buffer` (a `device.Buffer`, made on first use
+  and allocated only when realized; ASSIGN shares its target's Buffer, VIEW is a zero-copy view of
+  its source's Buffer) and `st` = `ShapeTracker.from_shape(shape)`.
 - A *view* (`lb.base is not lb`) has no op: it is its base read through `st` (relative to the base).
   Views are built by the six movement ops; views of views are flattened onto the one base.
 - `realized` is the base's Buffer once it holds values, else None. For ASSIGN, "holds values" means
@@ -16,23 +16,13 @@ identities (`fast/lazy_rules.py`), reduce folding and splitting, views instead o
 consecutive realized buffers, cast-before-view, copy simplifications, contiguous-child reuse.
 Validation (`fast/lazy_checks.py`) runs before any node is built.
 
-Ordering of assigns (SPEC §4). `Buffer.version` counts the realized assigns into a memory. Every lazy
-buffer has an *expected version* (`expected_version`): the version at which its Buffer holds the value
-it stands for. A base that owns its memory always expects the current version (it IS the memory, so
-an assign target read after the assign gives the new value); an unrealized ASSIGN expects the
-version its own write will produce; a view (movement ops) and a VIEW base (a zero-copy alias) record,
-when built, the expected version of what they alias, so once an assign into that memory has been
-realized they are *stale*. Every base records, when built, `(Buffer, expected version)` for each
-source it reads (not the target of its own ASSIGN; constants read no memory). `stale_reads()` lists
-the records whose Buffer has been assigned past them, `stale_alias()` tells whether a view or VIEW
-base is stale; the scheduler raises RuntimeError for either (an unrealized base with stale reads, an
-output that is a stale alias), so a value built before a realized assign is never silently read as
-the new one. The engine calls `assign_realized(target)` after an assign ran, so a VIEW base that was
-itself the target expects its new contents. At most one unrealized ASSIGN into a Buffer exists at a
-time (a second is a RuntimeError).
+Ordering of assigns (SPEC §4): see fast/lazy_versions.py. Each base records the expected version of
+every source it reads (`src_versions`), each view and VIEW base the one of the memory it aliases
+(`alias_version`); `stale_reads()` and `stale_alias()` report what a realized assign has overwritten.
 
-Reference counting: each base holds one `ref` on its Buffer and drops it when it is collected; the
-Buffer frees its memory when the count returns to zero and no view of it is alive.
+Reference counting: a base's Buffer is made on first use (`buffer`; at once for ASSIGN and VIEW, which
+alias a source's memory); the base then holds one `ref` on it and drops it when collected. The Buffer
+frees its memory when the count returns to zero and no view of it is alive.
 """
 from __future__ import annotations
 
@@ -45,6 +35,7 @@ import numpy as np
 from fast import config, lazy_ops
 from fast import lazy_checks as checks
 from fast import lazy_rules as rules
+from fast import lazy_versions as ordering
 from fast.device import Buffer, Device
 from fast.dtype import ConstType, DType, dtypes
 from fast.lazy_keys import arg_key, bound_values, broadcast_tracker, const_value, normalized, tracker
@@ -54,7 +45,6 @@ from fast.shape.symbolic import Node, Variable, sint
 
 _CACHE: dict[tuple[Any, ...], weakref.ref[LazyBuffer]] = {}  # entries leave in LazyBuffer.__del__
 _PENDING_ASSIGNS: weakref.WeakValueDictionary[int, LazyBuffer] = weakref.WeakValueDictionary()
-_FORCED = frozenset({LoadOps.CONTIGUOUS, LoadOps.ASSIGN, LoadOps.COPY})
 LOAD_OPS_FOR_USERS = (LoadOps.EMPTY, LoadOps.CONST, LoadOps.CUSTOM)
 
 
@@ -83,25 +73,25 @@ class LazyBuffer:
     def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, arg: Any = None,
                  srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None,
                  src_versions: tuple[int, ...] | None = None) -> None:
+        self._buffer: Buffer | None = None
         self.device, self.st, self.dtype, self._base, self.cache_key = device, st, dtype, base, None
         shape = self.shape = st.views[-1].shape
         self.size: sint = st.size
-        self._buffer: Buffer | None = None
         if base is not None:
-            self.alias_version = expected_version(base)
+            self.alias_version = ordering.expected_version(base)
             return
         if op is None:
             raise RuntimeError("LazyBuffer: internal error, a base needs an op")
         self.op, self.arg, self.srcs = op, arg, srcs
-        self.forced_realize = op in _FORCED
+        self.forced_realize = op is LoadOps.CONTIGUOUS or op is LoadOps.ASSIGN or op is LoadOps.COPY
         self.contiguous_child = None
-        self.src_versions = read_versions(op, srcs) if src_versions is None else src_versions
+        self.src_versions = ordering.read_versions(op, srcs) if src_versions is None else src_versions
         self._assign_version = self.alias_version = 0
         if op is LoadOps.ASSIGN or op is LoadOps.VIEW:  # they alias a source's memory: made now
             self._buffer = _aliasing_buffer(device, shape, dtype, op, arg, srcs)
             self._buffer.ref(1)
             self._assign_version = self._buffer.version
-            self.alias_version = expected_version(srcs[0]) if op is LoadOps.VIEW else 0
+            self.alias_version = ordering.expected_version(srcs[0]) if op is LoadOps.VIEW else 0
 
     def __del__(self) -> None:
         buffer = self._buffer
@@ -110,7 +100,7 @@ class LazyBuffer:
         key = self.cache_key
         if key is not None and _CACHE is not None:  # (None only while the interpreter shuts down)
             entry = _CACHE.get(key)
-            if entry is not None and entry() in (None, self):
+            if entry is not None and ((alive := entry()) is None or alive is self):
                 del _CACHE[key]
 
     def __repr__(self) -> str:
@@ -158,27 +148,17 @@ class LazyBuffer:
         return base.op is LoadOps.CONST and (base._buffer is None or not base._buffer.is_allocated())
 
     def is_unrealized_unmasked_const(self) -> bool:
-        return self.is_unrealized_const() and all(view.mask is None for view in self.st.views)
+        return self.is_unrealized_const() and (self._base is None or all(view.mask is None for view in self.st.views))
 
     def stale_reads(self) -> list[tuple[Buffer, int]]:
         """(Buffer, expected version) for each memory the base reads directly that has been assigned
         past the version it was read at (one entry per memory, the lowest version)."""
-        base = self.base
-        found: dict[int, tuple[Buffer, int]] = {}
-        for src, version in zip(_reads(base.op, base.srcs), base.src_versions, strict=False):
-            if current_version(src) > version:
-                buffer = src.base.buffer
-                known = found.get(id(buffer.base))
-                if known is None or version < known[1]:
-                    found[id(buffer.base)] = (buffer, version)
-        return list(found.values())
+        return ordering.stale_reads(self.base)
 
     def stale_alias(self) -> tuple[Buffer, int] | None:
         """For a view or a VIEW base whose memory a realized assign has overwritten since it was
         built: (Buffer, the version it expected); else None."""
-        buffer = self.base.buffer
-        expected = expected_version(self)
-        return (buffer, expected) if buffer.version > expected else None
+        return ordering.stale_alias(self)
 
     @property
     def var_vals(self) -> dict[Variable, int]:
@@ -219,7 +199,8 @@ class LazyBuffer:
         operands = checks.check_elementwise(op, (self, *srcs))
         value_dtype = operands[-1].dtype
         out_dtype = result_dtype(op, value_dtype)
-        consts = tuple([_plain_const(s) for s in operands])
+        consts = tuple([(s._base or s).arg if (s._base or s).op is LoadOps.CONST and s.is_unrealized_unmasked_const()
+                        else None for s in operands])
         if consts.count(None) != len(consts):  # folding needs a constant operand
             fold = rules.fold_elementwise(op, value_dtype, consts)
             if fold is not None:
@@ -313,14 +294,14 @@ def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, ar
     versions: tuple[int, ...] | None = None
     bound = bound_values(st) if st.symbolic else ()
     if base is not None:
-        key: tuple[Any, ...] = ("view", st, weakref.ref(base), expected_version(base), bound)
+        key: tuple[Any, ...] = ("view", st, weakref.ref(base), ordering.expected_version(base), bound)
     else:
         # sources by weak reference, never by id(): the engine drops a realized node's srcs, so a
         # source may die while the cached node lives on, and its id may be reused by a new buffer.
         # The op by id(): enum members live as long as the process, and Enum's __hash__ is slow Python
-        versions = read_versions(op, srcs)  # type: ignore[arg-type]
-        key = (device, st, dtype, id(op), arg if arg is None or type(arg) is int else arg_key(arg),
-               tuple([weakref.ref(s) for s in srcs]), versions, bound)
+        versions = ordering.read_versions(op, srcs)  # type: ignore[arg-type]
+        key = (device, st, dtype, id(op), arg if arg is None or type(arg) is int else arg_key(arg), versions, bound,
+               *[weakref.ref(s) for s in srcs])
     entry = _CACHE.get(key)
     if entry is not None:
         hit = entry()
@@ -330,16 +311,6 @@ def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, ar
     ret.cache_key = key
     _CACHE[key] = weakref.ref(ret)
     return ret
-
-
-def _plain_const(lb: LazyBuffer) -> ConstType | None:
-    """lb's value when it is an unrealized, unmasked constant (`is_unrealized_unmasked_const`), else None."""
-    base = lb._base or lb
-    if base.op is not LoadOps.CONST or (base._buffer is not None and base._buffer.is_allocated()):
-        return None
-    if lb._base is not None and any(view.mask is not None for view in lb.st.views):
-        return None
-    return base.arg  # type: ignore[no-any-return]
 
 
 def _aliasing_buffer(device: str, shape: tuple[sint, ...], dtype: DType, op: Op, arg: Any,
@@ -352,44 +323,6 @@ def _aliasing_buffer(device: str, shape: tuple[sint, ...], dtype: DType, op: Op,
     for dim in shape:
         size *= dim.max if isinstance(dim, Node) else dim
     return Buffer(device, size, dtype, base=srcs[0].base.buffer, offset=arg)
-
-
-def current_version(lb: LazyBuffer) -> int:
-    """The version lb's base Buffer is at now (0 for a base whose Buffer was never made)."""
-    base = lb.base
-    buffer = base._buffer
-    return 0 if buffer is None else buffer.version
-
-
-def expected_version(lb: LazyBuffer) -> int:
-    """The version of lb's base Buffer at which lb holds the value it stands for (module docstring)."""
-    if lb._base is not None:
-        return lb.alias_version
-    op = lb.op
-    if op is LoadOps.VIEW:
-        return lb.alias_version
-    if op is LoadOps.ASSIGN:
-        return max(current_version(lb), lb._assign_version + 1)
-    return current_version(lb)
-
-
-def assign_realized(target: LazyBuffer) -> None:
-    """Called by the engine once an assign into `target` (a base) has run: a VIEW base that was the
-    target now stands for the memory's new contents (views built from it before stay stale)."""
-    if target._base is None and target.op is LoadOps.VIEW:
-        target.alias_version = target.buffer.version
-
-
-def _reads(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[LazyBuffer, ...]:
-    """The sources whose memory a base reads (an ASSIGN reads its value, not its target)."""
-    return srcs[:1] if op is LoadOps.ASSIGN else srcs
-
-
-def read_versions(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[int, ...]:
-    """The expected version of every source read, in `_reads` order."""
-    if op is LoadOps.ASSIGN:
-        srcs = srcs[:1]
-    return tuple([src.alias_version if src._base is not None else expected_version(src) for src in srcs])
 
 
 def const_node(device: str, dtype: DType, value: ConstType, shape: tuple[sint, ...]) -> LazyBuffer:

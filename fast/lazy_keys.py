@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fast.dtype import ConstType, DType
+from fast.dtype import ConstType, DType, dtypes
 from fast.ops import normalize_const
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import sint
@@ -64,8 +64,9 @@ def _memo_normalize(kind: str, value: ConstType, sign: float, dtype: DType) -> C
 
 
 def normalized(value: ConstType, dtype: DType) -> ConstType:
-    """`ops.normalize_const`, memoised by (type, value, sign of zero, dtype); NaNs are not memoised."""
-    if value != value:
+    """`ops.normalize_const`, memoised by (type, value, sign of zero, dtype); NaNs are not memoised,
+    nor floats of float32/float64 (normalize_const answers those faster than the memo can)."""
+    if type(value) is float and (dtype is dtypes.float32 or dtype is dtypes.float64) or value != value:
         return normalize_const(value, dtype)
     sign = math.copysign(1.0, value) if isinstance(value, float) else 0.0
     return _memo_normalize(type(value).__name__, value, sign, dtype)

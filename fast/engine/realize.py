@@ -14,7 +14,8 @@ Diagnostics (read from `config.get()` at call time):
 
 Invariants: a lazy base is realized exactly when its Buffer is allocated (fast/lazy.py), so
 `run_schedule` realizes by allocating outputs just before filling them; an assign item bumps its
-target's version after it has run. Realized bases drop their sources after `realize`.
+target's version after it has run, and `realize` then tells the lazy layer (`assign_realized`).
+Realized bases drop their sources after `realize`.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from fast.device import Buffer, Device
 from fast.dtype import DType, dtypes
 from fast.engine import fusion
 from fast.engine.schedule import CustomCall, ScheduleItem, lazy_buffers, plan_schedule
-from fast.lazy import LazyBuffer, assign_realized
+from fast.lazy import LazyBuffer
+from fast.lazy_versions import assign_realized
 from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
 from fast.shape.symbolic import Node
 
@@ -232,8 +234,9 @@ def realize(*buffers: Any) -> None:
     steps = plan_schedule(lazy_buffers(buffers))
     items = [step.item for step in steps]
     run_schedule(items)
-    for target in {id(step.owner): step.owner.srcs[1] for step in steps if step.owner.op is LoadOps.ASSIGN}.values():
-        assign_realized(target)
+    assigned = {id(step.owner): step.owner for step in steps if step.item.assign and step.owner.op is LoadOps.ASSIGN}
+    for owner in assigned.values():
+        assign_realized(owner.srcs[1])  # a VIEW base assigned into expects its new contents
     for step in steps:
         if step.owner.realized is not None:
             step.owner.srcs = ()  # the graph below a realized base can be freed; `op` stays
