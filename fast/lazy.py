@@ -11,7 +11,8 @@ Shape of the graph:
   built (the engine calls `Buffer.bump_version()` once it has run the assign).
 
 Rules applied while building (each mirrors a line of SPEC §4): a weak cache (identical nodes are one
-object while alive; `config.lazycache`), zero-size graphs become CONST 0, constant folding and
+object while alive; `config.lazycache`), zero-size graphs become CONST 0 (but `from_numpy` always
+returns a realized buffer, 0 bytes when empty, and an assign into it returns the target), constant folding and
 identities (`fast/lazy_rules.py`), reduce folding and splitting, views instead of copies for
 consecutive realized buffers, cast-before-view, copy simplifications, contiguous-child reuse.
 Validation (`fast/lazy_checks.py`) runs before any node is built.
@@ -240,10 +241,13 @@ class LazyBuffer:
         return lazy_ops.copy_to_device(self, device, force)
 
     def assign(self, x: LazyBuffer) -> LazyBuffer:
-        """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node."""
+        """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node (a
+        zero-size target, having nothing to write, is returned itself)."""
         value = checks.check_assign(self, x)
         if checks.is_disk(self.device):
             value = lazy_ops.disk_assign_value(value)
+        if 0 in self.shape:  # no element to write: the realized target already is the result
+            return self
         root = self.base.buffer.base
         pending = _PENDING_ASSIGNS.get(id(root))
         if pending is not None and pending.realized is None:
@@ -375,8 +379,11 @@ def from_numpy(array: Any, device: str) -> LazyBuffer:
     data = np.asarray(array)
     dtype = dtypes.from_numpy(data.dtype)
     shape = tuple(int(size) for size in data.shape)
+    if not data.size:  # not through `create`, which turns zero-size graphs into CONST: the result is
+        ret = LazyBuffer(device, tracker(shape), dtype, LoadOps.EMPTY)  # a realized (0-byte) buffer,
+        ret.buffer.allocate()  # so it can be assigned into like any other
+        return ret
     ret = LazyBuffer.loadop(LoadOps.EMPTY, shape, dtype, device)
-    if data.size:
-        flat = np.ascontiguousarray(data, dtype=dtype.storage_np).reshape(-1).view(np.uint8)
-        ret.buffer.copyin(flat.data)
+    flat = np.ascontiguousarray(data, dtype=dtype.storage_np).reshape(-1).view(np.uint8)
+    ret.buffer.copyin(flat.data)
     return ret

@@ -135,6 +135,8 @@ def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     """BITCAST: a VIEW of a consecutive realized (or DISK) buffer, a folded constant,
     bitcast-before-view, or a BITCAST node."""
     new_shape = checks.check_bitcast(lb.dtype, dtype, lb.device, lb.shape)
+    if 0 in new_shape:  # nothing to reinterpret (an empty view is consecutive, also on DISK): `create`
+        return graph.create(lb.device, graph.tracker(new_shape), dtype, UnaryOps.BITCAST, dtype, (lb,))  # -> CONST
     source = graph.redirect(lb)
     base = source.base
     if can_view(source) and (base.realized is not None or checks.is_disk(lb.device)):
@@ -188,6 +190,8 @@ def contiguous(lb: LazyBuffer) -> LazyBuffer:
         return lb
     if can_view(lb) and (base.realized is not None or checks.is_disk(lb.device)):
         return buffer_view(lb, lb.dtype, lb.shape)
+    if 0 in lb.shape:  # an empty view is consecutive, also on DISK: `create` makes it an empty CONST
+        return graph.create(lb.device, graph.tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
     checks.check_compute_device("CONTIGUOUS of a non-consecutive view", lb.device)
     ret = graph.create(lb.device, graph.tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
     if ret.base is ret and ret.op is LoadOps.CONTIGUOUS:
