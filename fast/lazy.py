@@ -185,6 +185,8 @@ class LazyBuffer:
         if not isinstance(src, (tuple, list)):
             raise TypeError(f"{op.name}: src must be a tuple of LazyBuffers, got {src!r}")
         srcs = tuple(checks.check_lazy(op.name, s) for s in src)
+        if op is LoadOps.EMPTY and not srcs and tracker(checked).size == 0:
+            return LazyBuffer(device, tracker(checked), dtype, op)  # a real (0-byte) buffer, not a CONST
         return create(device, tracker(checked), dtype, op, arg, srcs)
 
     def const(self, val: ConstType, shape: tuple[sint, ...] | None = None) -> LazyBuffer:

@@ -69,3 +69,17 @@ def test_empty_disk_view_bitcast_still_checks_divisibility(tmp_path: Path) -> No
     disk = _disk_buffer(tmp_path, np.ones((2, 3), np.int8))
     with pytest.raises(ValueError):
         disk.shrink(((0, 0), (0, 3))).cast(dtypes.float16, bitcast=True)
+
+
+def test_zero_size_empty_loadop_is_realized_by_realize_and_can_be_assigned():
+    """Conformance found: EMPTY of shape (0,) became a CONST, so after realize it was no assign target."""
+    import fast
+
+    target = fast.LazyBuffer.loadop(fast.LoadOps.EMPTY, (0,), fast.dtypes.bool, "CLANG")
+    source = fast.from_numpy(np.zeros((0,), np.bool_), "CLANG")
+    assert not target.is_realized()
+    with pytest.raises(RuntimeError, match="ASSIGN"):
+        target.assign(source)
+    fast.realize(target)
+    assert target.is_realized()
+    assert fast.to_numpy(target.assign(source)).shape == (0,)
