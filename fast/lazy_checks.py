@@ -232,9 +232,10 @@ def check_fresh(opname: str, lb: LazyBuffer) -> None:
 
 def check_assign(target: LazyBuffer, value: object) -> LazyBuffer:
     """Validate `target.assign(value)`: the target is a realized base (a view of one is a RuntimeError,
-    like an unrealized target), and the value has its shape, dtype and device."""
+    like an unrealized target), and the value has its shape, dtype and device. A zero-size target
+    holds no values, so only shape, dtype and device are checked (docs/api.md)."""
     x = check_lazy("ASSIGN", value)
-    if target.base is not target or target.realized is None:
+    if (target.base is not target or target.realized is None) and 0 not in target.shape:
         raise RuntimeError(f"ASSIGN: the target must be a realized buffer (not a view, not an unrealized graph), "
                            f"got {target!r}")
     if x.shape != target.shape:

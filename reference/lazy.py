@@ -314,7 +314,7 @@ class LazyBuffer:
         storage); it shares the target's storage, so assigning into it later writes the target too."""
         if not isinstance(x, LazyBuffer):
             raise TypeError(f"ASSIGN: {x!r} is not a LazyBuffer")
-        if self.op is LoadOps.VIEW or not self.is_realized():
+        if (self.op is LoadOps.VIEW or not self.is_realized()) and 0 not in self.shape:  # empty: nothing to write
             raise RuntimeError(f"ASSIGN: target {self!r} must be a realized buffer, not a view or an unrealized graph")
         if x.shape != self.shape:
             raise ValueError(f"ASSIGN: shape {x.shape} does not match target shape {self.shape}")
@@ -322,6 +322,8 @@ class LazyBuffer:
             raise TypeError(f"ASSIGN: dtype {x.dtype.name} does not match target dtype {self.dtype.name}")
         if x.device != self.device:
             raise ValueError(f"ASSIGN: device {x.device} does not match target device {self.device}")
+        if 0 in self.shape:
+            return self
         storage = self._storage
         pending = None if storage.pending is None else storage.pending()
         if pending is not None and not pending.is_realized():

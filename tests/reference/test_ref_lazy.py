@@ -153,3 +153,16 @@ def test_contiguous_of_a_realized_buffer_is_itself(impl, tmp_path):
     assert d.contiguous() is d
     flipped = t.stride((-1,)).contiguous()
     assert flipped is not t and impl.to_numpy(flipped).tolist() == [2.0, 1.0]
+
+
+def test_assign_into_a_zero_size_target_checks_only_shape_dtype_device(impl):
+    """Conformance found: a zero-size cast result realized, then assigned into (fast folds it to a CONST)."""
+    empty = impl.from_numpy(np.zeros((0,), np.float32), DEV).cast(impl.dtypes.bfloat16)
+    target = impl.from_numpy(np.zeros((0,), np.float32), DEV).cast(impl.dtypes.bfloat16)
+    impl.realize(target)
+    assert target.assign(empty) is target
+    assert impl.to_numpy(target.assign(empty)).shape == (0,)
+    with pytest.raises(TypeError, match="ASSIGN"):
+        target.assign(impl.from_numpy(np.zeros((0,), np.float32), DEV))
+    with pytest.raises(ValueError, match="ASSIGN"):
+        target.assign(impl.from_numpy(np.zeros((1,), np.float32), DEV).cast(impl.dtypes.bfloat16))
