@@ -246,6 +246,7 @@ class LazyBuffer:
         """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node (a
         zero-size target, having nothing to write, is returned itself)."""
         value = checks.check_assign(self, x)
+        forget_cached(self)  # its memory will stop holding "op of srcs": rebuilding that op must not find it
         if checks.is_disk(self.device):
             value = lazy_ops.disk_assign_value(value)
         if 0 in self.shape:  # no element to write: the realized target already is the result
@@ -317,6 +318,14 @@ def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, ar
     ret.cache_key = key
     _CACHE[key] = weakref.ref(ret)
     return ret
+
+
+def forget_cached(lb: LazyBuffer) -> None:
+    """Drop `lb` from the weak cache (an assign target: its memory no longer holds its op's value)."""
+    key = lb.cache_key
+    if key is not None and (entry := _CACHE.get(key)) is not None and entry() is lb:
+        del _CACHE[key]
+    lb.cache_key = None
 
 
 def _aliasing_buffer(device: str, shape: tuple[sint, ...], dtype: DType, op: Op, arg: Any,

@@ -324,6 +324,8 @@ class LazyBuffer:
             raise ValueError(f"ASSIGN: device {x.device} does not match target device {self.device}")
         if 0 in self.shape:
             return self
+        for key in [key for key, node in _CACHE.items() if node is self]:
+            del _CACHE[key]  # its storage will stop holding "op of srcs": rebuilding the op gives a new node
         storage = self._storage
         pending = None if storage.pending is None else storage.pending()
         if pending is not None and not pending.is_realized():

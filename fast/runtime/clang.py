@@ -1,22 +1,26 @@
 """The CLANG runtime: C from `CRenderer`, compiled by the system C compiler, loaded with ctypes.
 
 Compiler: `config.get().cc` if set, else `clang` if on PATH, else `cc`. Flags (`compile_flags()`):
-`-std=c11 -O2 -shared -fPIC -ffp-contract=off -fno-math-errno` (plus `-fno-tree-loop-vectorize` for
+`-std=c11 -O2 -shared -fPIC -ffp-contract=off -fno-math-errno` (plus `-fno-tree-vectorize` for
 GCC), linked with `-lm`.
 - `-ffp-contract=off`: `a*b+c` is never fused (only MULACC could be, and it is specified unfused).
 - `-fno-math-errno`: libm calls need not set errno, so `sqrtf` becomes one instruction. It changes no
   value (IEEE results are the same); we never read errno.
 - never `-ffast-math` or `-march=native` (values must be IEEE; cached libraries must run anywhere).
-- GCC only: `-fno-tree-loop-vectorize`. GCC's loop vectorizer miscompiles in-order (strict IEEE)
+- GCC only: `-fno-tree-vectorize` (loop and basic-block vectorizers off). GCC 12's vectorizers
+  miscompile two kinds of kernel we generate. (1) The basic-block (SLP) vectorizer summed four
+  `(uint8_t)(data1[i] != 0)` terms of an unrolled bool->uint8 SUM as 252 instead of 4: it kept the
+  vector compare's all-ones lanes (-1) instead of 0/1 (found by the conformance suite; reproduced
+  standalone at -O2, correct at -O1 and with -fno-tree-slp-vectorize). (2) The loop vectorizer miscompiles in-order (strict IEEE)
   float reductions whose loads it groups in permuted order, e.g. a reduce over a flipped axis that
   lowering unrolled: `acc += a[6*i+5]; acc += a[6*i+4]; ... acc += a[6*i]` summed a flipped 4x6
   float32 array to 326 instead of 276 with GCC 12.2 at -O2 (correct at -O0/-O1 and with this flag),
   by merging the load permutation into the fold-left reduction and counting some elements twice.
   This is GCC bug 110381 ("preserve SLP permutation with in-order reductions"), not undefined
   behaviour in our C: the kernel is in bounds, has no signed overflow, and its two `restrict`
-  pointers are distinct buffers. The basic-block (SLP) vectorizer stays on, so the unrolled copies
-  of upcast axes are still vectorised. tests/fast/test_runtime_clang.py sweeps flipped/strided
-  float reductions against numpy so a regression shows.
+  pointers are distinct buffers. tests/fast/test_runtime_clang.py keeps both kernels (and sweeps
+  flipped/strided float reductions against numpy) so a regression shows. Cost: GCC-built kernels
+  are scalar; clang (preferred when installed) keeps its vectorizers.
 - `config.get().ubsan` adds `-fsanitize=undefined,float-cast-overflow -fno-sanitize-recover=all`
   (GCC's libubsan is loaded with the library; float-cast-overflow is not in GCC's `undefined`
   group). For clang, whose UB runtime is not linked into shared objects, it adds
@@ -63,7 +67,7 @@ def compiler_version(path: str) -> str:
     return result.stdout.strip()
 
 
-GCC_FLAGS: tuple[str, ...] = ("-fno-tree-loop-vectorize",)  # GCC bug 110381 (module docstring)
+GCC_FLAGS: tuple[str, ...] = ("-fno-tree-vectorize",)  # GCC 12 vectorizer miscompiles (module docstring)
 
 
 def is_gcc(path: str) -> bool:
