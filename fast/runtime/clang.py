@@ -11,8 +11,9 @@ GCC), linked with `-lm`.
   miscompile two kinds of kernel we generate. (1) The basic-block (SLP) vectorizer summed four
   `(uint8_t)(data1[i] != 0)` terms of an unrolled bool->uint8 SUM as 252 instead of 4: it kept the
   vector compare's all-ones lanes (-1) instead of 0/1 (found by the conformance suite; reproduced
-  standalone at -O2, correct at -O1 and with -fno-tree-slp-vectorize). (2) The loop vectorizer miscompiles in-order (strict IEEE)
-  float reductions whose loads it groups in permuted order, e.g. a reduce over a flipped axis that
+  standalone at -O2, correct at -O1 and with -fno-tree-slp-vectorize). (2) The loop vectorizer
+  miscompiles in-order (strict IEEE) float reductions whose loads it groups in permuted order,
+  e.g. a reduce over a flipped axis that
   lowering unrolled: `acc += a[6*i+5]; acc += a[6*i+4]; ... acc += a[6*i]` summed a flipped 4x6
   float32 array to 326 instead of 276 with GCC 12.2 at -O2 (correct at -O0/-O1 and with this flag),
   by merging the load permutation into the fold-left reduction and counting some elements twice.
