@@ -207,13 +207,16 @@ def copy_to_device(lb: LazyBuffer, device: str, force: bool) -> LazyBuffer:
     """Same device -> lb (unless `force`); a copy of an unrealized, not-since-assigned COPY -> one copy
     of the original source; an unrealized constant -> the same constant on the target (except on
     DISK, which holds no CONST); a view reading fewer elements than its base -> made contiguous first
-    (on DISK, the covering bytes are copied instead); otherwise copy the base and re-apply the view."""
+    (on DISK, the covering bytes are copied instead); a view copied onto DISK -> made contiguous first;
+    otherwise copy the base and re-apply the view."""
     if device == lb.device and not force:
         return lb
     base = lb.base
     whole = lb.st.contiguous and lb.size == base.size
     if not force and whole and base.op is LoadOps.COPY and base.realized is None and not base.stale_reads():
         return base.srcs[0].copy_to_device(device).reshape(lb.shape)
+    if checks.is_disk(device) and not checks.is_disk(lb.device) and not whole:
+        return _copy(lb.contiguous(), device)  # a file holds its values in order: never a view re-applied
     if lb.is_unrealized_const() and not checks.is_disk(device):
         const = graph.create(device, graph.tracker(base.shape), base.dtype, LoadOps.CONST, base.arg)
         return graph.reapply(const, lb.st)

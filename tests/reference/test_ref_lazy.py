@@ -179,3 +179,11 @@ def test_rebuilding_an_op_after_its_node_was_assigned_computes_the_op(impl):
     assert again is not copy
     assert impl.to_numpy(again).tolist() == [2, 4, 6, 8]
     assert impl.to_numpy(copy).tolist() == [0, 0, 0, 0]
+
+
+def test_an_expanded_constant_copied_to_disk_is_a_plain_file(impl, tmp_path):
+    """Conformance found: fast re-applied the expand on DISK, so bitcast/contiguous there raised."""
+    target = disk(tmp_path)
+    on_disk = buf(impl, np.zeros((3, 5)), "int64").const(-(2**63)).copy_to_device(target)
+    assert impl.to_numpy(on_disk.cast(impl.dtypes.int8, bitcast=True).copy_to_device(DEV)).shape == (3, 40)
+    assert impl.to_numpy(on_disk.contiguous().copy_to_device(DEV)).tolist() == [[-(2**63)] * 5] * 3
