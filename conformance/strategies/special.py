@@ -78,7 +78,8 @@ def act_assign(b: Builder) -> str | bool:
     else:
         value = b.fresh_like(b.info(target))
     assert value is not None
-    stale = _reader(b, target) if readable and b.chance(0.25) else None
+    # a zero-size target holds no values: assigning into it writes nothing, so nothing goes stale
+    stale = _reader(b, target) if readable and 0 not in b.info(target).shape and b.chance(0.25) else None
     assigned = b.add(Assign(target, value))
     b.add(Realize((assigned,) if early is None or early_done else (assigned, early)))
     for index in (target, value, stale):
