@@ -1,10 +1,11 @@
-"""Graph-building cost of the lazy layer: microseconds per elementwise node.
+"""Graph-building cost of the lazy layer: microseconds per elementwise node (kept for its command line;
+the measurement now lives in bench/graph_build.py and is also the `graph_build` workload of
+`python -m bench`).
 
 Builds a chain of 10,000 elementwise nodes (alternately `x + c` with a fresh constant c and `x * leaf`
-with a realized `from_numpy` leaf), with the weak cache on and off, best of several rounds, and
-rebuilds it while it is alive (every node a cache hit). For
-scale, also times the creation of a trivial Python object with a few attributes. Nothing is
-realized. Writes bench/results/graph_build.json and prints a one-line summary.
+with a realized leaf), with the weak cache on and off, best of several rounds, and rebuilds it while it
+is alive (every node a cache hit). For scale, also times the creation of a trivial Python object. Nothing
+is realized. Writes bench/results/graph_build.json and prints a one-line summary.
 
 Run: python bench/bench_graph_build.py [--nodes N] [--rounds R]
 """
@@ -12,87 +13,28 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import platform
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from fast import config  # noqa: E402
+from bench import RESULTS_DIR  # noqa: E402
+from bench.graph_build import graph_leaf, time_baseline, time_build, time_rebuild  # noqa: E402
 from fast.device import Device  # noqa: E402
-from fast.lazy import LazyBuffer, from_numpy  # noqa: E402
-from fast.ops import BinaryOps  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "graph_build.json"
-
-
-def build_chain(leaf: LazyBuffer, nodes: int) -> LazyBuffer:
-    """`nodes` elementwise nodes alternating ADD of a fresh constant and MUL by the leaf."""
-    x = leaf
-    for step in range(nodes):
-        if step % 2 == 0:
-            x = x.e(BinaryOps.ADD, x.const(float(step + 2)))
-        else:
-            x = x.e(BinaryOps.MUL, leaf)
-    return x
-
-
-def time_build(leaf: LazyBuffer, nodes: int, rounds: int, cache: bool) -> float:
-    """Best microseconds per node over `rounds` builds (the graph is dropped between rounds)."""
-    best = float("inf")
-    with config.override(lazycache=cache):
-        for _ in range(rounds):
-            gc.collect()
-            start = time.perf_counter()
-            graph = build_chain(leaf, nodes)
-            best = min(best, (time.perf_counter() - start) / nodes * 1e6)
-            del graph
-    return best
-
-
-def time_rebuild(leaf: LazyBuffer, nodes: int, rounds: int) -> float:
-    """Best microseconds per node when rebuilding a graph that is still alive (every node a cache hit)."""
-    with config.override(lazycache=True):
-        alive = build_chain(leaf, nodes)
-        best = float("inf")
-        for _ in range(rounds):
-            start = time.perf_counter()
-            again = build_chain(leaf, nodes)
-            best = min(best, (time.perf_counter() - start) / nodes * 1e6)
-            assert again is alive, "the weak cache should return the live graph"
-        return best
-
-
-class _Trivial:
-    __slots__ = ("a", "b", "c")
-
-    def __init__(self, a: object, b: object, c: object) -> None:
-        self.a, self.b, self.c = a, b, c
-
-
-def time_baseline(nodes: int, rounds: int) -> float:
-    """Best microseconds to create one trivial slotted Python object."""
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        kept = [_Trivial(i, None, ()) for i in range(nodes)]
-        best = min(best, (time.perf_counter() - start) / nodes * 1e6)
-        del kept
-    return best
+RESULTS = RESULTS_DIR / "graph_build.json"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Measure, write graph_build.json, print the summary."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     options = parser.parse_args()
     device = Device.DEFAULT
-    leaf = from_numpy(np.arange(16, dtype=np.float32).reshape(4, 4), device)
+    leaf = graph_leaf(device)
     result = {
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],

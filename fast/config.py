@@ -37,6 +37,8 @@ class Config:
     ubsan: bool = False
     dump_ir: str = ""  # comma-separated stage names whose output is printed (see engine/realize.py)
     cc: str = ""  # C compiler override; empty: clang if installed, else cc
+    threads: int = 0  # THREADS: cap on the threads one CPU kernel uses; 0: every available core
+    parallel_min_work: int = 1 << 18  # a CPU kernel with less estimated work (bytes + flops) runs on one thread
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -56,6 +58,8 @@ class Config:
             ubsan=bool(_int(env, "UBSAN", 0)),
             dump_ir=env.get("DUMP_IR", ""),
             cc=env.get("CC", ""),
+            threads=_int(env, "THREADS", 0),
+            parallel_min_work=_int(env, "PARALLEL_MIN_WORK", 1 << 18),
         )
 
 

@@ -18,11 +18,18 @@ Instruction set (`IROps`):
 - `DEFINE_ACC`  arg: initial value; a mutable accumulator. Reading it gives its current value.
 - `ASSIGN`      srcs: (acc, value); acc := value. No value.
 - `STORE`       arg: buffer idx (an output); srcs: (index, value) or (index, value, valid).
+- `VECTORIZE`   srcs: n scalar values of one dtype T; its value is the vector `T.vec(n)` of them.
+- `GEP`         srcs: (vector,); arg: lane number; its value is that lane (a scalar).
 
-Half floats (`float16`, `bfloat16`) are ordinary dtypes here; how they are stored and rounded per op
-is the renderer's business. Vector dtypes are not produced yet: a SIMD renderer would add vector
-CONST/LOAD/STORE/ALU instructions whose dtype is `dt.vec(n)` (the verifier's dtype checks then
-apply lane-wise) — see `fast/codegen/opt.py` for where the upcast decision lives.
+Vectors: a value whose dtype has `count > 1` is a vector of that many lanes. CONST of a vector dtype
+is its scalar `arg` in every lane; ALU on vectors works lane by lane with the scalar semantics (every
+operand has the same lane count; WHERE's condition is `bool.vec(n)`); a vector LOAD reads the `n`
+consecutive elements starting at `index` (all or none, by the scalar `valid`); a vector STORE writes
+them; a vector DEFINE_ACC holds one accumulator per lane. `IRBuilder` only emits a vector ALU op that
+the renderer lists in `RendererOptions.vector_ops` / `vector_casts` (integer DIV/MOD on vectors only
+with a CONST divisor that is neither 0 nor -1); any other op on vectors is split into lanes (GEP,
+scalar ops, VECTORIZE). Half floats (`float16`, `bfloat16`) are ordinary dtypes here; how they are
+stored and rounded per op is the renderer's business.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
+from fast.dtype import FLOATS as FLOAT_DTYPES
 from fast.dtype import ConstType, DType, dtypes
 from fast.ops import (
     BinaryOps,
@@ -48,6 +56,7 @@ from fast.ops import (
 class IROps(Enum):
     DEFINE_VAR = auto(); CONST = auto(); LOOP = auto(); ENDLOOP = auto(); INDEX = auto()  # noqa: E702
     LOAD = auto(); ALU = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); STORE = auto()  # noqa: E702
+    VECTORIZE = auto(); GEP = auto()  # noqa: E702
 
 
 class IndexOps(Enum):
@@ -91,8 +100,11 @@ class BufferInfo:
 @dataclass(frozen=True)
 class LinearProgram:
     """A lowered kernel. `buffers[i].idx == i` (outputs first); `var_names` are the int64 kernel
-    parameters after the buffers, in order; `variables` are the matching shape-layer Variables.
-    `flops` and `mem_bytes` are estimates for DEBUG=2 lines (symbolic sizes at their maximum)."""
+    parameters after the buffers, in order; `variables` are the shape-layer Variables of the first
+    `len(variables)` of them. `flops` and `mem_bytes` are estimates for DEBUG=2 lines (symbolic sizes
+    at their maximum). `threaded`: the last two parameters are `core~, cores~` (0 <= core < cores);
+    the kernel then runs only its share of the outermost GLOBAL loop, so launching it once per core
+    value covers every output exactly once, and the values do not depend on `cores`."""
 
     name: str
     instrs: tuple[Instr, ...]
@@ -101,6 +113,7 @@ class LinearProgram:
     variables: tuple[Any, ...] = ()
     flops: int = 0
     mem_bytes: int = 0
+    threaded: bool = False
 
 
 class IRError(ValueError):
@@ -110,8 +123,8 @@ class IRError(ValueError):
 INT64 = dtypes.int64
 BOOL = dtypes.bool
 VALUE_OPS = frozenset({IROps.DEFINE_VAR, IROps.CONST, IROps.LOOP, IROps.INDEX, IROps.LOAD, IROps.ALU,
-                       IROps.DEFINE_ACC})
-_PURE = frozenset({IROps.DEFINE_VAR, IROps.CONST, IROps.INDEX, IROps.LOAD, IROps.ALU})
+                       IROps.DEFINE_ACC, IROps.VECTORIZE, IROps.GEP})
+_PURE = frozenset({IROps.DEFINE_VAR, IROps.CONST, IROps.INDEX, IROps.LOAD, IROps.ALU, IROps.VECTORIZE, IROps.GEP})
 
 
 def same_const(a: ConstType, b: ConstType) -> bool:
@@ -122,6 +135,25 @@ def same_const(a: ConstType, b: ConstType) -> bool:
 
 
 # ---------------------------------------------------------------- printer
+
+def eliminate_dead_code(instrs: tuple[Instr, ...]) -> tuple[Instr, ...]:
+    """Drop pure instructions whose value nobody uses (left behind by lane splitting), renumbering
+    the rest. Loads are pure (they never trap: masked loads read nothing when invalid)."""
+    used = [False] * len(instrs)
+    for number in range(len(instrs) - 1, -1, -1):
+        instr = instrs[number]
+        if instr.op not in _PURE or used[number]:
+            used[number] = True
+            for src in instr.srcs:
+                used[src] = True
+    renumber: dict[int, int] = {}
+    kept: list[Instr] = []
+    for number, instr in enumerate(instrs):
+        if used[number]:
+            renumber[number] = len(kept)
+            kept.append(Instr(instr.op, instr.dtype, tuple(renumber[src] for src in instr.srcs), instr.arg))
+    return tuple(kept)
+
 
 def format_instr(number: int, instr: Instr) -> str:
     dtype = instr.dtype.name if instr.dtype is not None else ""
@@ -155,7 +187,16 @@ def format_program(program: LinearProgram) -> str:
 # ---------------------------------------------------------------- verifier
 
 def _alu_result(number: int, instr: Instr, src_types: list[DType]) -> DType:
-    """The dtype an ALU instruction must have, given its operand dtypes; IRError when ill-typed."""
+    """The dtype an ALU instruction must have, given its operand dtypes; IRError when ill-typed.
+    Vector operands are checked lane-wise: every operand has the same lane count."""
+    lanes = {t.count for t in src_types}
+    if len(lanes) != 1 or (instr.dtype is not None and instr.dtype.count != src_types[0].count):
+        raise IRError(f"%{number} alu {getattr(instr.arg, 'name', instr.arg)}: lane counts "
+                      f"{[t.count for t in src_types]} -> {instr.dtype}")
+    count = src_types[0].count
+    if count > 1:
+        scalar_instr = Instr(instr.op, instr.dtype.scalar() if instr.dtype is not None else None, instr.srcs, instr.arg)
+        return _alu_result(number, scalar_instr, [t.scalar() for t in src_types]).vec(count)
     op = instr.arg
     where = f"%{number} alu {getattr(op, 'name', op)}"
     if op in (UnaryOps.CAST, UnaryOps.BITCAST):
@@ -180,12 +221,15 @@ def _memory_dtype(program: LinearProgram, where: str, instr: Instr, src_types: l
     if not 0 <= instr.arg < len(program.buffers):
         raise IRError(f"{where}: unknown buffer {instr.arg}")
     buf = program.buffers[instr.arg]
-    want = [INT64] + ([buf.dtype] if instr.op is IROps.STORE else [])
+    lanes = instr.dtype.count if instr.op is IROps.LOAD and instr.dtype is not None \
+        else src_types[1].count if instr.op is IROps.STORE and len(src_types) > 1 else 1
+    element = buf.dtype.vec(lanes)
+    want = [INT64] + ([element] if instr.op is IROps.STORE else [])
     if src_types not in (want, want + [BOOL]):
         raise IRError(f"{where}: operands {[t.name for t in src_types]}, expected {[t.name for t in want]}")
     if instr.op is IROps.STORE and not buf.is_output:
         raise IRError(f"{where}: buffer {instr.arg} is not an output")
-    return buf.dtype if instr.op is IROps.LOAD else None
+    return element if instr.op is IROps.LOAD else None
 
 
 def _expected_dtype(program: LinearProgram, number: int, instr: Instr, src_types: list[DType]) -> DType | None:
@@ -204,8 +248,17 @@ def _expected_dtype(program: LinearProgram, number: int, instr: Instr, src_types
         return out
     if op is IROps.ALU:
         return _alu_result(number, instr, src_types)
+    if op is IROps.VECTORIZE:
+        if len(src_types) < 2 or len(set(src_types)) != 1 or src_types[0].count != 1:
+            raise IRError(f"{where}: needs two or more scalar operands of one dtype")
+        return src_types[0].vec(len(src_types))
+    if op is IROps.GEP:
+        if len(src_types) != 1 or not 0 <= instr.arg < src_types[0].count or src_types[0].count == 1:
+            raise IRError(f"{where}: lane {instr.arg} of {[t.name for t in src_types]}")
+        return src_types[0].scalar()
     if op in (IROps.CONST, IROps.DEFINE_ACC):
-        if not isinstance(instr.dtype, DType) or not same_const(normalize_const(instr.arg, instr.dtype), instr.arg):
+        if not isinstance(instr.dtype, DType) or not same_const(normalize_const(instr.arg, instr.dtype.scalar()),
+                                                                instr.arg):
             raise IRError(f"{where}: value {instr.arg!r} is not a normalised {instr.dtype}")
         return instr.dtype
     if op is IROps.DEFINE_VAR:
@@ -269,15 +322,20 @@ _INDEX_FOLD: dict[IndexOps, Any] = {
 class IRBuilder:
     """Appends instructions with constant folding and scope-aware common-subexpression reuse.
 
-    Pure instructions (CONST, DEFINE_VAR, INDEX, LOAD, ALU) with equal (op, dtype, srcs, arg) are
-    emitted once per visible scope; an instruction that reads an accumulator directly is never
-    reused, because the accumulator's value changes with each ASSIGN.
+    Pure instructions (CONST, DEFINE_VAR, INDEX, LOAD, ALU, VECTORIZE, GEP) with equal (op, dtype,
+    srcs, arg) are emitted once per visible scope; an instruction that reads an accumulator directly
+    is never reused, because the accumulator's value changes with each ASSIGN.
+
+    `vector_ops` / `vector_casts` (from `RendererOptions`) say which ALU ops the renderer emits on
+    vectors; `alu` splits any other op on vector operands into lanes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, vector_ops: frozenset[tuple[Any, DType]] = frozenset(),
+                 vector_casts: frozenset[tuple[Any, DType, DType]] = frozenset()) -> None:
         self.instrs: list[Instr] = []
         self._scopes: list[dict[tuple[Any, ...], int]] = [{}]
         self._loops: list[int] = []
+        self.vector_ops, self.vector_casts = vector_ops, vector_casts
 
     def _emit(self, instr: Instr) -> int:
         reads_acc = any(self.instrs[src].op is IROps.DEFINE_ACC for src in instr.srcs)
@@ -303,7 +361,8 @@ class IRBuilder:
         return dtype
 
     def const(self, value: ConstType, dtype: DType) -> int:
-        return self._emit(Instr(IROps.CONST, dtype, (), normalize_const(value, dtype)))
+        """A constant of `dtype` (a vector dtype broadcasts the value to every lane)."""
+        return self._emit(Instr(IROps.CONST, dtype, (), normalize_const(value, dtype.scalar())))
 
     def define_var(self, name: str) -> int:
         return self._emit(Instr(IROps.DEFINE_VAR, INT64, (), name))
@@ -325,8 +384,73 @@ class IRBuilder:
         out = BOOL if op in (IndexOps.CMPLT, IndexOps.AND) else INT64
         return self._emit(Instr(IROps.INDEX, out, (left, right), op))
 
+    # -- vectors
+    def vectorize(self, lanes: list[int]) -> int:
+        """The vector of these scalar values (one lane each); a single value is returned as is."""
+        if len(lanes) == 1:
+            return lanes[0]
+        values = [self.const_value(lane) for lane in lanes]
+        dtype = self.dtype(lanes[0])
+        if values[0] is not None and all(v is not None and same_const(v, values[0]) for v in values):
+            return self.const(values[0], dtype.vec(len(lanes)))
+        gathered = [self.instrs[lane] for lane in lanes]
+        if all(g.op is IROps.GEP and g.srcs == gathered[0].srcs and g.arg == k for k, g in enumerate(gathered)) \
+                and self.dtype(gathered[0].srcs[0]).count == len(lanes):
+            return gathered[0].srcs[0]
+        return self._emit(Instr(IROps.VECTORIZE, dtype.vec(len(lanes)), tuple(lanes)))
+
+    def broadcast(self, ref: int, lanes: int) -> int:
+        """A scalar value repeated in `lanes` lanes (vectors are returned unchanged)."""
+        if lanes == 1 or self.dtype(ref).count > 1:
+            return ref
+        return self.vectorize([ref] * lanes)
+
+    def gep(self, ref: int, lane: int) -> int:
+        """Lane `lane` of a vector value (a scalar value is the same in every lane)."""
+        instr, dtype = self.instrs[ref], self.dtype(ref)
+        if dtype.count == 1:
+            return ref
+        if instr.op is IROps.CONST:
+            return self.const(instr.arg, dtype.scalar())
+        if instr.op is IROps.VECTORIZE:
+            return instr.srcs[lane]
+        return self._emit(Instr(IROps.GEP, dtype.scalar(), (ref,), lane))
+
+    def _vector_supported(self, op: Any, srcs: tuple[int, ...], to_dtype: DType | None) -> bool:
+        scalars = [self.dtype(src).scalar() for src in srcs]
+        if op in (UnaryOps.CAST, UnaryOps.BITCAST):
+            return (op, scalars[0], to_dtype) in self.vector_casts
+        if op in (BinaryOps.DIV, BinaryOps.MOD) and scalars[0] not in FLOAT_DTYPES:
+            divisor = self.const_value(srcs[1])
+            return (op, scalars[0]) in self.vector_ops and divisor is not None and divisor not in (0, -1)
+        return (op, scalars[1 if op is TernaryOps.WHERE else 0]) in self.vector_ops
+
+    def _vector_alu(self, op: Any, srcs: tuple[int, ...], to_dtype: DType | None, lanes: int) -> int:
+        """An ALU op with at least one vector operand: one vector instruction when the renderer
+        supports it, else one scalar op per lane gathered with VECTORIZE."""
+        target = to_dtype.scalar() if to_dtype is not None else None
+        if target is not None and self.dtype(srcs[0]).scalar() == target:
+            return srcs[0]
+        if all(self.const_value(src) is not None for src in srcs):
+            folded = self.alu(op, tuple(self.gep(src, 0) for src in srcs), target)
+            if self.const_value(folded) is not None:
+                return self.broadcast(folded, lanes)
+        if op is TernaryOps.WHERE and self.const_value(srcs[0]) is not None:
+            return self.broadcast(srcs[1] if self.const_value(srcs[0]) else srcs[2], lanes)
+        if self._vector_supported(op, srcs, target):
+            vectors = tuple(self.broadcast(src, lanes) for src in srcs)
+            scalar_types = [self.dtype(src).scalar() for src in srcs]
+            dtype = target if target is not None else \
+                scalar_types[1] if op is TernaryOps.WHERE else result_dtype(op, scalar_types[0])
+            return self._emit(Instr(IROps.ALU, dtype.vec(lanes), vectors, op))
+        return self.vectorize([self.alu(op, tuple(self.gep(src, k) for src in srcs), target) for k in range(lanes)])
+
     def alu(self, op: Any, srcs: tuple[int, ...], to_dtype: DType | None = None) -> int:
-        """An elementwise op; CAST/BITCAST need `to_dtype`. Folds all-constant operands exactly."""
+        """An elementwise op; CAST/BITCAST need `to_dtype` (scalar or the vector dtype). Folds
+        all-constant operands exactly; vector operands go through `_vector_alu`."""
+        lanes = max(self.dtype(src).count for src in srcs)
+        if lanes > 1:
+            return self._vector_alu(op, srcs, to_dtype, lanes)
         types = [self.dtype(src) for src in srcs]
         values = [self.const_value(src) for src in srcs]
         if op is TernaryOps.WHERE:
@@ -336,27 +460,30 @@ class IRBuilder:
         elif op in (UnaryOps.CAST, UnaryOps.BITCAST):
             if to_dtype is None:
                 raise IRError(f"alu {op.name}: needs a target dtype")
-            dtype = to_dtype
+            dtype = to_dtype.scalar()
             if types[0] == dtype:
                 return srcs[0]
         else:
             dtype = result_dtype(op, types[0])
         if all(v is not None for v in values) and op is not TernaryOps.WHERE:
-            folded: ConstType | None
-            if op is UnaryOps.CAST:
-                folded = cast_const(values[0], types[0], dtype)  # type: ignore[arg-type]
-            elif op is UnaryOps.BITCAST:
-                folded = bitcast_const(values[0], types[0], dtype)  # type: ignore[arg-type]
-                if isinstance(folded, float) and math.isnan(folded):
-                    folded = None  # a NaN literal would lose its payload bits
-            else:
-                folded = exec_alu(op, types[0], tuple(values))  # type: ignore[arg-type]
+            folded = self._fold(op, types[0], dtype, values)  # type: ignore[arg-type]
             if folded is not None:
                 return self.const(folded, dtype)
         return self._emit(Instr(IROps.ALU, dtype, srcs, op))
 
+    @staticmethod
+    def _fold(op: Any, source: DType, dtype: DType, values: list[ConstType]) -> ConstType | None:
+        """The constant result of `op` on constant operands, or None when it must not be folded."""
+        if op is UnaryOps.CAST:
+            return cast_const(values[0], source, dtype)
+        if op is UnaryOps.BITCAST:
+            folded = bitcast_const(values[0], source, dtype)
+            return None if isinstance(folded, float) and math.isnan(folded) else folded  # keep NaN payload bits
+        return exec_alu(op, source, tuple(values))
+
     def load(self, buffer: int, dtype: DType, index: int, valid: int | None = None) -> int:
-        """Read buffer[index]; with `valid`, read only where it is true (else 0)."""
+        """Read buffer[index] (a vector dtype reads that many consecutive elements); with `valid`,
+        read only where it is true (else 0)."""
         if valid is not None and self.const_value(valid) is not None:
             if not self.const_value(valid):
                 return self.const(0, dtype)
@@ -372,7 +499,7 @@ class IRBuilder:
         self._emit(Instr(IROps.STORE, None, (index, value) if valid is None else (index, value, valid), buffer))
 
     def define_acc(self, init: ConstType, dtype: DType) -> int:
-        return self._emit(Instr(IROps.DEFINE_ACC, dtype, (), normalize_const(init, dtype)))
+        return self._emit(Instr(IROps.DEFINE_ACC, dtype, (), normalize_const(init, dtype.scalar())))
 
     def assign(self, acc: int, value: int) -> None:
         self._emit(Instr(IROps.ASSIGN, None, (acc, value)))

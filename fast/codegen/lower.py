@@ -29,7 +29,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from fast import config
-from fast.codegen.ir import BOOL, INT64, BufferInfo, IndexOps, IRBuilder, LinearProgram, LoopKind, verify
+from fast.codegen import transcendental
+from fast.codegen.ir import (
+    BOOL,
+    INT64,
+    BufferInfo,
+    IndexOps,
+    IRBuilder,
+    LinearProgram,
+    LoopKind,
+    eliminate_dead_code,
+    verify,
+)
 from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
 from fast.dtype import DType, dtypes
 from fast.ops import (
@@ -196,10 +207,16 @@ def _estimates(info: KernelInfo) -> tuple[int, int]:
     return flops, sum(b.size * b.dtype.itemsize for b in info.buffers)
 
 
+Group = list[Env]  # the lanes of one body copy: one env per vector lane (a single env when scalar)
+THREAD_VARS = ("core~", "cores~")
+
+
 class _Lowering:
-    def __init__(self, info: KernelInfo, plan: KernelPlan) -> None:
-        self.info, self.plan, self.builder = info, plan, IRBuilder()
+    def __init__(self, info: KernelInfo, plan: KernelPlan, options: RendererOptions, parallel: bool) -> None:
+        self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
+        self.builder = IRBuilder(options.vector_ops, options.vector_casts)
         self.var_refs: dict[Variable, int] = {}
+        self.threaded = False
         names = {v.expr for v in info.variables}
         if any(name.endswith("~") for name in names):
             raise ValueError(f"lower: variable names ending in '~' are reserved, got {sorted(names)}")
@@ -247,96 +264,176 @@ class _Lowering:
         positive, negative = b.index(IndexOps.CMPLT, zero, value), b.index(IndexOps.CMPLT, value, zero)
         return positive if node.min >= 0 else negative if node.max <= 0 else b.alu(BinaryOps.ADD, (positive, negative))
 
+    def _valid_ref(self, valid: Node) -> int | None:
+        return None if valid.min > 0 or valid.max < 0 else self._render_bool(valid)
+
     # -- loops
-    def _open_loops(self, axes: tuple[AxisPlan, ...], kind: LoopKind) -> list[Env]:
-        """Open the loops of `axes`; return the copies (each: axis -> symbolic index), last axis fastest."""
-        envs: list[Env] = [{}]
+    def _loop_bounds(self, count: Node, kind: LoopKind) -> tuple[int, int]:
+        """[start, end) of a loop over `count` iterations; the first GLOBAL loop of a threaded kernel
+        runs only its share `[count*core/cores, count*(core+1)/cores)`."""
+        b = self.builder
+        if kind is not LoopKind.GLOBAL or self.threaded or not self.parallel:
+            return b.const(0, INT64), self._render_int(count)
+        self.threaded = True
+        core, cores = (b.define_var(name) for name in THREAD_VARS)
+        total = self._render_int(count)
+        start = b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, core), cores)
+        after = b.index(IndexOps.ADD, core, b.const(1, INT64))
+        return start, b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, after), cores)
+
+    def _open_loops(self, axes: tuple[AxisPlan, ...], kind: LoopKind) -> list[Group]:
+        """Open the loops of `axes`; return the body copies, each a group of lanes (axis -> index)."""
+        groups: list[Group] = [[{}]]
         for axis in axes:
             base: Node = NumNode(0)
             if axis.has_loop:
-                count = as_node(axis.size) // axis.unroll
+                count = as_node(axis.size) // axis.step
                 prefix = "gidx" if kind is LoopKind.GLOBAL else "ridx"
                 counter = Variable(f"{prefix}{axis.axis}~", 0, max(count.max - 1, 0))
-                zero = self.builder.const(0, INT64)
-                self.var_refs[counter] = self.builder.loop(zero, self._render_int(count), kind)
-                base = counter * axis.unroll
-            envs = [{**env, axis.axis: base + k} for env in envs for k in range(axis.unroll)]
-        return envs
+                self.var_refs[counter] = self.builder.loop(*self._loop_bounds(count, kind), kind)
+                base = counter * axis.step
+            groups = [[{**env, axis.axis: base + copy * axis.vector + lane} for env in group
+                       for lane in range(axis.vector)] for group in groups for copy in range(axis.unroll)]
+        return groups
 
     def _close_loops(self, axes: tuple[AxisPlan, ...]) -> None:
         for axis in axes:
             if axis.has_loop:
                 self.builder.end_loop()
 
-    # -- the AST
+    # -- memory access of a group of lanes
     def _idxs(self, env: Env) -> list[Node]:
         return [env.get(axis, NumNode(0)) for axis in range(len(self.info.full_shape))]
 
-    def _lower_node(self, node: LazyOp, env: Env, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
+    def _access(self, st: Any, group: Group, dtype: DType) -> tuple[str, list[tuple[Node, Node]]]:
+        """How a group reads or writes a view: "uniform" (one element for every lane), "vector"
+        (consecutive elements, one validity) or "lanes"; with each lane's (index, valid)."""
+        places = [st.expr_idxs(self._idxs(env)) for env in group]
+        first_index, first_valid = places[0]
+        if all(place == places[0] for place in places[1:]):
+            return "uniform", places
+        if dtype in self.options.vector_memory and all(
+                valid == first_valid and index == first_index + lane for lane, (index, valid) in enumerate(places)):
+            return "vector", places
+        return "lanes", places
+
+    def _load(self, node: LazyOp, group: Group) -> int:
+        b, dtype = self.builder, node.arg.dtype
+        kind, places = self._access(node.arg.st, group, dtype)
+        if node.op is BufferOps.CONST:
+            value, zero = b.const(normalize_const(node.arg.val, dtype), dtype), b.const(0, dtype)
+            lanes = places[:1] if kind == "uniform" else places
+            return b.vectorize([b.alu(TernaryOps.WHERE, (self._render_bool(valid), value, zero)) for _, valid in lanes])
+        if kind == "vector":
+            return b.load(node.arg.idx, dtype.vec(len(group)), self._render_int(places[0][0]),
+                          self._valid_ref(places[0][1]))
+        lanes = places[:1] if kind == "uniform" else places
+        return b.vectorize([b.load(node.arg.idx, dtype, self._render_int(index), self._valid_ref(valid))
+                            for index, valid in lanes])
+
+    def _store(self, store: LazyOp, group: Group, value: int) -> None:
+        b, dtype = self.builder, store.arg.dtype
+        kind, places = self._access(store.arg.st, group, dtype)
+        if kind == "vector":
+            vector = b.broadcast(value, len(group))
+            b.store(store.arg.idx, self._render_int(places[0][0]), vector, self._valid_ref(places[0][1]))
+            return
+        for lane, (index, valid) in enumerate(places[:1] if kind == "uniform" else places):
+            b.store(store.arg.idx, self._render_int(index), b.gep(value, lane), self._valid_ref(valid))
+
+    # -- the AST
+    def _lower_node(self, node: LazyOp, group: Group, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
         if id(node) in memo:
             return memo[id(node)]
-        b = self.builder
         if node.op in (BufferOps.LOAD, BufferOps.CONST):
-            index, valid = node.arg.st.expr_idxs(self._idxs(env))
-            dtype = node.arg.dtype
-            if node.op is BufferOps.CONST:
-                value = b.const(normalize_const(node.arg.val, dtype), dtype)
-                ref = b.alu(TernaryOps.WHERE, (self._render_bool(valid), value, b.const(0, dtype)))
-            else:
-                valid_ref = None if valid.min > 0 or valid.max < 0 else self._render_bool(valid)
-                ref = b.load(node.arg.idx, dtype, self._render_int(index), valid_ref)
+            ref = self._load(node, group)
         elif isinstance(node.op, ReduceOps):
             ref = reduce_values[id(node)]
         else:
-            srcs = tuple(self._lower_node(src, env, reduce_values, memo) for src in node.src)
+            srcs = tuple(self._lower_node(src, group, reduce_values, memo) for src in node.src)
             to_dtype = node.arg if node.op in (UnaryOps.CAST, UnaryOps.BITCAST) else None
-            ref = b.alu(node.op, srcs, to_dtype)
+            ref = self._alu(node.op, srcs, to_dtype)
         memo[id(node)] = ref
         return ref
 
-    def _lower_reduce(self, reduce: LazyOp, output_envs: list[Env]) -> list[int]:
+    def _alu(self, op: Any, srcs: tuple[int, ...], to_dtype: DType | None) -> int:
+        if op in (UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN) and \
+                transcendental.supported(op, self.builder.dtype(srcs[0]).scalar()):
+            return transcendental.expand(self.builder, op, srcs[0])
+        return self.builder.alu(op, srcs, to_dtype)
+
+    def _combine(self, op: Any, values: list[int]) -> int:
+        """Fold values pairwise in a fixed tree order ((v0 op v1) op (v2 op v3)) ..."""
+        while len(values) > 1:
+            pairs = [self.builder.alu(op, (values[i], values[i + 1])) for i in range(0, len(values) - 1, 2)]
+            values = pairs + ([values[-1]] if len(values) % 2 else [])
+        return values[0]
+
+    def _lower_reduce(self, reduce: LazyOp, output_groups: list[Group]) -> list[int]:
         """Accumulate the reduce for every output copy; return the reduced value of each copy.
 
-        half floats accumulate in float32 and round once at the end (docs/semantics.md)."""
+        Half floats accumulate in float32 and round once at the end (docs/semantics.md). With a
+        vectorized reduce axis every reduce copy has its own vector accumulator; they are combined
+        copy by copy, then lane by lane, in `_combine`'s fixed order."""
         b, element = self.builder, node_dtype(reduce.src[0])
         acc_dtype = dtypes.float32 if element in HALVES else element
         init = 0 if reduce.op is ReduceOps.SUM else dtypes.min(acc_dtype)
-        accs = [b.define_acc(init, acc_dtype) for _ in output_envs]
         update = BinaryOps.ADD if reduce.op is ReduceOps.SUM else BinaryOps.MAX
-        reduce_envs = self._open_loops(self.plan.reduce_axes, LoopKind.REDUCE)
-        for env, acc in zip(output_envs, accs, strict=True):
-            for reduce_env in reduce_envs:
-                value = self._lower_node(reduce.src[0], {**env, **reduce_env}, {}, {})
-                value = b.alu(UnaryOps.CAST, (value,), acc_dtype)
+        reduce_lanes = self.plan.reduce_axes[-1].vector if self.plan.reduce_vector else 1
+        copies = self.plan.reduce_axes[-1].unroll if self.plan.reduce_vector else 1
+        accs = [[b.define_acc(init, acc_dtype.vec(max(len(group), reduce_lanes))) for _ in range(copies)]
+                for group in output_groups]
+        reduce_groups = self._open_loops(self.plan.reduce_axes, LoopKind.REDUCE)
+        for group, group_accs in zip(output_groups, accs, strict=True):
+            for number, reduce_group in enumerate(reduce_groups):
+                lanes = [{**out, **inner} for out in group for inner in reduce_group]
+                value = self._lower_node(reduce.src[0], lanes, {}, {})
+                acc = group_accs[number % copies]
+                value = b.broadcast(b.alu(UnaryOps.CAST, (value,), acc_dtype.vec(b.dtype(value).count)),
+                                    b.dtype(acc).count)
                 b.assign(acc, b.alu(update, (acc, value)))
         self._close_loops(self.plan.reduce_axes)
-        return [b.alu(UnaryOps.CAST, (acc,), element) for acc in accs]
+        results = []
+        for group_accs in accs:
+            total = self._combine(update, list(group_accs))
+            if reduce_lanes > 1:
+                total = self._combine(update, [b.gep(total, lane) for lane in range(reduce_lanes)])
+            results.append(b.alu(UnaryOps.CAST, (total,), element.vec(b.dtype(total).count)))
+        return results
 
     def run(self) -> None:
         for variable in self.info.variables:
             self.var_refs[variable] = self.builder.define_var(variable.expr)
-        output_envs = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
-        reduced = self._lower_reduce(self.info.reduce, output_envs) if self.info.reduce is not None else []
-        for copy, env in enumerate(output_envs):
+        output_groups = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
+        reduced = self._lower_reduce(self.info.reduce, output_groups) if self.info.reduce is not None else []
+        for copy, group in enumerate(output_groups):
             reduce_values = {node_id: reduced[copy] for node_id in self.info.reduce_ids}
             memo: dict[int, int] = {}
             for store in self.info.stores:
-                value = self._lower_node(store.src[0], env, reduce_values, memo)
-                index, valid = store.arg.st.expr_idxs(self._idxs(env))
-                valid_ref = None if valid.min > 0 or valid.max < 0 else self._render_bool(valid)
-                self.builder.store(store.arg.idx, self._render_int(index), value, valid_ref)
+                value = self._lower_node(store.src[0], group, reduce_values, memo)
+                self._store(store, group, value)
         self._close_loops(self.plan.output_axes)
+
+
+def _kernel_lanes(info: KernelInfo, options: RendererOptions) -> int:
+    """Vector lanes for this kernel: every buffer's dtype must be loadable as vectors."""
+    lanes = [options.lanes(buffer.dtype) for buffer in info.buffers]
+    return min(lanes) if lanes and min(lanes) > 1 else 1
 
 
 def lower(ast: LazyOp, options: RendererOptions) -> LinearProgram:
     """Lower a kernel AST for a renderer with `options`; verified when DEBUG >= 3."""
     info = analyze(ast)
-    plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options)
-    lowering = _Lowering(info, plan)
-    lowering.run()
+    loads = [node.arg.st.real_strides() for node in ast.walk() if node.op is BufferOps.LOAD]
+    plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options,
+                       loads, _kernel_lanes(info, options))
     flops, mem_bytes = _estimates(info)
-    program = LinearProgram(kernel_name(info), tuple(lowering.builder.instrs), info.buffers,
-                            tuple(v.expr for v in info.variables), info.variables, flops, mem_bytes)
+    parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
+    lowering = _Lowering(info, plan, options, parallel)
+    lowering.run()
+    names = tuple(v.expr for v in info.variables) + (THREAD_VARS if lowering.threaded else ())
+    program = LinearProgram(kernel_name(info), eliminate_dead_code(tuple(lowering.builder.instrs)), info.buffers,
+                            names, info.variables, flops, mem_bytes, lowering.threaded)
     if config.get().debug >= 3:
         verify(program)
     return program

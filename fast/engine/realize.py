@@ -38,6 +38,7 @@ from fast.engine.schedule import CustomCall, ScheduleItem, lazy_buffers, plan_sc
 from fast.lazy import LazyBuffer
 from fast.lazy_versions import assign_realized
 from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
+from fast.runtime.launch import launch
 from fast.shape.symbolic import Node
 
 DUMP_STAGES = ("schedule", "ast", "ir", "source")
@@ -133,7 +134,9 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
         values = tuple(item.var_vals[variable] for variable in kernel.program.variables)
     except KeyError as error:
         raise RuntimeError(f"run_schedule: no value for symbolic variable {error} of {kernel.program.name}") from error
-    elapsed = kernel.runner(*(buffer.handle for buffer in item.bufs), vals=values, wait=timed)
+    program = kernel.program
+    elapsed = launch(kernel.runner, [buffer.handle for buffer in item.bufs], values, program.threaded,
+                     program.mem_bytes + program.flops, timed)
     info = f"{kernel.program.name:<28} global {str(item.ast.src[0].arg.st.shape):<16}"
     if elapsed is not None:
         seconds = max(elapsed, 1e-9)

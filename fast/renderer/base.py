@@ -1,36 +1,86 @@
 """The renderer interface: a `LinearProgram` in, device source text out, capabilities as data.
 
 `Renderer.options` is exactly the `RendererOptions` that `fast.codegen.lower(ast, options)` takes, so
-lowering adapts to a backend by reading data (vector support, how far to upcast/unroll), never by
-testing a device name.
+lowering adapts to a backend by reading data (vector width and vector ops, how far to upcast/unroll,
+whether kernels are split across threads), never by testing a device name.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from fast.dtype import DType, dtypes
+from fast.ops import BinaryOps, TernaryOps, UnaryOps
 
 if TYPE_CHECKING:  # codegen imports this module for RendererOptions; keep the import one-way at runtime
     from fast.codegen.ir import LinearProgram
+
+VECTOR_FLOATS: tuple[DType, ...] = (dtypes.float32, dtypes.float64)
+VECTOR_INTS: tuple[DType, ...] = (dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
+_FLOAT_OPS = (BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.DIV, UnaryOps.NEG, BinaryOps.MAX,
+              BinaryOps.CMPLT, BinaryOps.CMPEQ, TernaryOps.WHERE, TernaryOps.MULACC)
+_INT_OPS = (BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, BinaryOps.MAX, BinaryOps.CMPLT,
+            BinaryOps.CMPEQ, TernaryOps.WHERE, BinaryOps.XOR, BinaryOps.DIV, BinaryOps.MOD, TernaryOps.MULACC)
+_BOOL_OPS = (BinaryOps.ADD, BinaryOps.MUL, BinaryOps.MAX, BinaryOps.XOR, TernaryOps.WHERE)
+
+#: (op, scalar dtype) pairs the CPU renderers emit on vectors (int DIV/MOD: constant divisor only).
+CPU_VECTOR_OPS: frozenset[tuple[Any, DType]] = frozenset(
+    [(op, dt) for dt in VECTOR_FLOATS for op in _FLOAT_OPS] + [(op, dt) for dt in VECTOR_INTS for op in _INT_OPS]
+    + [(op, dtypes.bool) for op in _BOOL_OPS])
+_SAME_WIDTH = ((dtypes.float32, dtypes.int32), (dtypes.float32, dtypes.uint32), (dtypes.float64, dtypes.int64),
+               (dtypes.float64, dtypes.uint64), (dtypes.int32, dtypes.uint32), (dtypes.int64, dtypes.uint64))
+#: (CAST or BITCAST, source, target) scalar dtype triples the CPU renderers emit on vectors.
+CPU_VECTOR_CASTS: frozenset[tuple[Any, DType, DType]] = frozenset(
+    [(UnaryOps.BITCAST, a, b) for a, b in _SAME_WIDTH] + [(UnaryOps.BITCAST, b, a) for a, b in _SAME_WIDTH]
+    + [(UnaryOps.CAST, a, b) for a, b in _SAME_WIDTH if a != dtypes.float64 or b != dtypes.uint64]
+    + [(UnaryOps.CAST, b, a) for a, b in _SAME_WIDTH]
+    + [(UnaryOps.CAST, dtypes.float32, dtypes.float64), (UnaryOps.CAST, dtypes.float64, dtypes.float32)]
+    + [(UnaryOps.CAST, dtypes.bool, dt) for dt in VECTOR_FLOATS + VECTOR_INTS]
+    + [(UnaryOps.CAST, dt, dtypes.bool) for dt in VECTOR_FLOATS + VECTOR_INTS])
 
 
 @dataclass(frozen=True)
 class RendererOptions:
     """What a backend can do and how far lowering may unroll for it.
 
-    - `supports_vectors`: the renderer accepts vector dtypes (`dt.vec(n)`) in LOAD/STORE/ALU. The C
-      renderer says False; upcast axes are then emitted as unrolled scalar code.
-    - `max_upcast`: lanes an output axis may be upcast (unrolled) by; 1 disables upcasting.
+    - `vector_bytes`: the SIMD register width lowering aims for (0: no vector dtypes at all).
+    - `vector_ops` / `vector_casts`: the ALU ops the renderer emits on vector operands (see
+      fast/codegen/ir.py: anything else is split into lanes by the builder); `vector_memory`: the
+      element dtypes it loads and stores as vectors.
+    - `max_upcast`: copies an output axis may be upcast (unrolled) by; 1 disables upcasting.
     - `max_unroll`: a reduce axis at most this long is fully unrolled; 1 disables unrolling.
     - `max_unrolled_bodies`: cap on the number of copies of the kernel body (upcast x unroll).
-    - `supports_threads`: the runtime can split the outermost GLOBAL loop across threads (not yet).
+    - `supports_threads`: the kernel takes two extra int64 parameters `core, cores` and runs only
+      its share of the outermost GLOBAL loop (fast/codegen/lower.py); the runtime splits the launch.
     """
 
-    supports_vectors: bool = False
+    vector_bytes: int = 0
+    vector_ops: frozenset[tuple[Any, DType]] = frozenset()
+    vector_casts: frozenset[tuple[Any, DType, DType]] = frozenset()
+    vector_memory: frozenset[DType] = frozenset()
     max_upcast: int = 4
     max_unroll: int = 8
     max_unrolled_bodies: int = 32
     supports_threads: bool = False
+
+    @property
+    def supports_vectors(self) -> bool:
+        return self.vector_bytes > 0
+
+    def lanes(self, dtype: DType) -> int:
+        """Vector lanes of `dtype` in one register (1 when it is not loaded as vectors)."""
+        if dtype not in self.vector_memory or self.vector_bytes < 2 * dtype.itemsize:
+            return 1
+        return self.vector_bytes // dtype.itemsize
+
+
+def cpu_options(vector_bytes: int, threads: bool = True) -> RendererOptions:
+    """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes."""
+    return RendererOptions(vector_bytes=vector_bytes, vector_ops=CPU_VECTOR_OPS if vector_bytes else frozenset(),
+                           vector_casts=CPU_VECTOR_CASTS if vector_bytes else frozenset(),
+                           vector_memory=frozenset(VECTOR_FLOATS + VECTOR_INTS) if vector_bytes else frozenset(),
+                           max_upcast=4, max_unroll=8, supports_threads=threads)
 
 
 class Renderer(ABC):

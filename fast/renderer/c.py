@@ -28,13 +28,9 @@ from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram, LoopKind
 from fast.dtype import ConstType, DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps, float32_to_bfloat16_bits
 from fast.renderer.base import Renderer, RendererOptions
+from fast.renderer.c_vectors import SCALAR_CTYPES, VectorC
 
-CTYPES: dict[DType, str] = {
-    dtypes.bool: "unsigned char", dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.int16: "int16_t",
-    dtypes.uint16: "uint16_t", dtypes.int32: "int32_t", dtypes.uint32: "uint32_t", dtypes.int64: "int64_t",
-    dtypes.uint64: "uint64_t", dtypes.float16: "uint16_t", dtypes.bfloat16: "uint16_t", dtypes.float32: "float",
-    dtypes.float64: "double",
-}
+CTYPES: dict[DType, str] = SCALAR_CTYPES
 HALVES = (dtypes.float16, dtypes.bfloat16)
 
 _F16_HELPERS = """static inline float f16_to_f32(uint16_t h) {
@@ -147,6 +143,10 @@ class _Kernel:
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
         self.lines: list[str] = []
+        self.vectors = VectorC(self.need)
+
+    def ctype(self, dtype: DType) -> str:
+        return CTYPES[dtype] if dtype.count == 1 else self.vectors.ctype(dtype)
 
     def need(self, name: str, source: str) -> str:
         self.helpers.setdefault(name, source)
@@ -259,7 +259,9 @@ class _Kernel:
         types = [self.program.instrs[src].dtype for src in instr.srcs]
         op, name = instr.op, f"v{number}"
         if op is IROps.CONST:
-            self.names[number] = render_const(instr.arg, instr.dtype)  # type: ignore[arg-type]
+            dtype: DType = instr.dtype  # type: ignore[assignment]
+            literal = render_const(instr.arg, dtype.scalar())
+            self.names[number] = literal if dtype.count == 1 else self.vectors.literal([literal] * dtype.count, dtype)
             return None
         if op is IROps.DEFINE_VAR:
             self.names[number] = f"var{self.program.var_names.index(instr.arg)}"
@@ -271,23 +273,41 @@ class _Kernel:
         if op is IROps.ENDLOOP:
             return "}"
         if op is IROps.STORE:
-            target = f"data{instr.arg}[{a[0]}] = {a[1]};"
+            value_type: DType = types[1]  # type: ignore[assignment]
+            target = f"data{instr.arg}[{a[0]}] = {a[1]};" if value_type.count == 1 \
+                else self.vectors.store(value_type, f"&data{instr.arg}[{a[0]}]", a[1])
             return f"if ({a[2]}) {target}" if len(a) == 3 else target
         if op is IROps.ASSIGN:
             return f"{a[0]} = {a[1]};"
         if op is IROps.DEFINE_ACC:
             self.names[number] = f"acc{number}"
-            return f"{CTYPES[instr.dtype]} acc{number} = {render_const(instr.arg, instr.dtype)};"  # type: ignore
-        if op is IROps.LOAD:
-            element = f"data{instr.arg}[{a[0]}]"
-            element = f"({element} != 0)" if instr.dtype == dtypes.bool else element
-            expr = f"({a[1]} ? {element} : 0)" if len(a) == 2 else element
-        elif op is IROps.INDEX:
-            expr = self.index(instr.arg, a)
-        else:
-            expr = self.alu(instr, types, a)  # type: ignore[arg-type]
+            literal = render_const(instr.arg, instr.dtype.scalar())  # type: ignore[union-attr]
+            if instr.dtype.count > 1:  # type: ignore[union-attr]
+                literal = self.vectors.literal([literal] * instr.dtype.count, instr.dtype)  # type: ignore
+            return f"{self.ctype(instr.dtype)} acc{number} = {literal};"  # type: ignore[arg-type]
+        expr = self.expression(instr, types, a)  # type: ignore[arg-type]
         self.names[number] = name
-        return f"const {CTYPES[instr.dtype]} {name} = {expr};"  # type: ignore[index]
+        return f"const {self.ctype(instr.dtype)} {name} = {expr};"  # type: ignore[arg-type]
+
+    def expression(self, instr: Instr, types: list[DType], a: list[str]) -> str:
+        """The C expression of a value instruction (LOAD, INDEX, ALU, VECTORIZE, GEP)."""
+        dtype: DType = instr.dtype  # type: ignore[assignment]
+        if instr.op is IROps.LOAD:
+            if dtype.count > 1:
+                return self.vectors.load(dtype, f"&data{instr.arg}[{a[0]}]", a[1] if len(a) == 2 else None)
+            element = f"data{instr.arg}[{a[0]}]"
+            element = f"({element} != 0)" if dtype == dtypes.bool else element
+            return f"({a[1]} ? {element} : 0)" if len(a) == 2 else element
+        if instr.op is IROps.INDEX:
+            return self.index(instr.arg, a)
+        if instr.op is IROps.VECTORIZE:
+            return self.vectors.literal(a, dtype)
+        if instr.op is IROps.GEP:
+            return self.vectors.gep(types[0], a[0], instr.arg)
+        if dtype.count > 1:
+            source = types[1] if instr.arg is TernaryOps.WHERE else types[0]
+            return self.vectors.alu(instr.arg, dtype, source, a)
+        return self.alu(instr, types, a)
 
     def source(self) -> str:
         depth = 1
@@ -308,9 +328,10 @@ class _Kernel:
 
 
 class CRenderer(Renderer):
-    """C11 for the CLANG runtime; upcast axes become unrolled scalar code (no vector types)."""
+    """C11 (with GCC/clang vector extensions for vector values) for the CLANG runtime."""
 
-    options = RendererOptions(supports_vectors=False, max_upcast=4, max_unroll=8)
+    def __init__(self, options: RendererOptions | None = None) -> None:
+        self.options = options if options is not None else RendererOptions(max_upcast=4, max_unroll=8)
 
     def render(self, program: LinearProgram) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):

@@ -23,25 +23,23 @@ How docs/semantics.md is kept:
 - index arithmetic is i64; masked loads and stores branch around the access (the address is only
   computed and dereferenced on the valid path); GEPs are plain (never `inbounds`).
 - accumulators are `alloca`s in the entry block (promoted to registers by the optimiser).
+- vectors (fast/renderer/llvm_vectors.py): `<N x T>` values with the same semantics lane by lane;
+  a vector LOAD/STORE is one `align 1` access of N consecutive elements (masked: all or none).
 """
 from __future__ import annotations
 
-import math
 import re
-import struct
 
 import numpy as np
 
 from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram
-from fast.dtype import ConstType, DType, dtypes
+from fast.dtype import ALL, ConstType, DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps, float32_to_bfloat16_bits, wrap_int
-from fast.renderer.base import Renderer, RendererOptions
+from fast.renderer.base import Renderer, RendererOptions, cpu_options
+from fast.renderer.llvm_vectors import VectorEmitter, float_literal, int_bounds, llvm_type, splat, zero
 
-VALUE_TYPES: dict[DType, str] = {
-    dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
-    dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "i16",
-    dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double",
-}
+#: The LLVM value type of each scalar dtype (vectors: `llvm_type`).
+VALUE_TYPES: dict[DType, str] = {dt: llvm_type(dt) for dt in ALL}
 HALVES = (dtypes.float16, dtypes.bfloat16)
 _SIGNED = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 _INTRINSICS = {UnaryOps.EXP2: "exp2", UnaryOps.LOG2: "log2", UnaryOps.SIN: "sin", UnaryOps.SQRT: "sqrt"}
@@ -148,14 +146,11 @@ define internal i16 @f32_to_bf16(float %value) #0 {
 """
 
 
-def float_literal(value: float) -> str:
-    """An exact LLVM float/double literal (the double's bits in hex; any NaN is the quiet NaN)."""
-    value = math.nan if math.isnan(value) else value
-    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
-
-
 def render_const(value: ConstType, dtype: DType) -> str:
-    """An exact LLVM literal of `dtype`'s value type (half floats as their signed i16 bit pattern)."""
+    """An exact LLVM literal of `dtype`'s value type (half floats as their signed i16 bit pattern); a
+    vector dtype gets the splat of the scalar literal."""
+    if dtype.count > 1:
+        return splat(render_const(value, dtype.scalar()), dtype)
     if dtype == dtypes.bool:
         return "true" if value else "false"
     if dtype in HALVES:
@@ -193,15 +188,11 @@ def _float_max_helper(t: str) -> str:
 
 def _cast_helper(dtype: DType) -> str:
     """`@f2i_T(double)`: trunc(x) when it fits `dtype` (ordered compares: NaN fails), else 0."""
-    bits, t = 8 * dtype.itemsize, VALUE_TYPES[dtype]
-    if dtypes.is_unsigned(dtype):
-        low, high, convert = f"ogt double %x, {float_literal(-1.0)}", float(2**bits), "fptoui"
-    elif bits == 64:  # -2^63 - 1 is not a double; nothing lies strictly between it and -2^63
-        low, high, convert = f"oge double %x, {float_literal(-(2.0**63))}", 2.0**63, "fptosi"
-    else:
-        low, high, convert = f"ogt double %x, {float_literal(-(2.0 ** (bits - 1)) - 1)}", 2.0 ** (bits - 1), "fptosi"
-    return (f"define internal {t} @f2i_{dtype.name}(double %x) #0 {{\n  %low = fcmp {low}\n"
-            f"  %high = fcmp olt double %x, {float_literal(high)}\n  %ok = and i1 %low, %high\n"
+    t, convert = VALUE_TYPES[dtype], "fptoui" if dtypes.is_unsigned(dtype) else "fptosi"
+    (low, low_bound), (high, high_bound) = int_bounds(dtypes.float64, dtype)
+    return (f"define internal {t} @f2i_{dtype.name}(double %x) #0 {{\n"
+            f"  %low = fcmp {low} double %x, {float_literal(low_bound)}\n"
+            f"  %high = fcmp {high} double %x, {float_literal(high_bound)}\n  %ok = and i1 %low, %high\n"
             f"  %safe = select i1 %ok, double %x, double {float_literal(0.0)}\n"
             f"  %r = {convert} double %safe to {t}\n  ret {t} %r\n}}\n")
 
@@ -217,6 +208,7 @@ class _Kernel:
         self.lines: list[str] = []
         self.block = "entry"
         self.temps = 0
+        self.vectors = VectorEmitter(self.value)
 
     # -- emission
     def need(self, name: str, source: str) -> str:
@@ -240,7 +232,7 @@ class _Kernel:
         """The token of `src`; an accumulator is read (loaded) at this point."""
         instr = self.program.instrs[src]
         if instr.op is IROps.DEFINE_ACC:
-            return self.value(f"load {VALUE_TYPES[instr.dtype]}, ptr {self.names[src]}")  # type: ignore[index]
+            return self.value(f"load {llvm_type(instr.dtype)}, ptr {self.names[src]}")  # type: ignore[arg-type]
         return self.names[src]
 
     # -- half floats
@@ -366,6 +358,8 @@ class _Kernel:
 
     def alu(self, instr: Instr, src_types: list[DType], a: list[str]) -> str:
         op, dtype, target = instr.arg, src_types[-1], instr.dtype
+        if target is not None and target.count > 1:
+            return self.vectors.alu(op, src_types, target, a)
         if op is TernaryOps.WHERE:
             return self.value(f"select i1 {a[0]}, {VALUE_TYPES[dtype]} {a[1]}, {VALUE_TYPES[dtype]} {a[2]}")
         if op is UnaryOps.CAST:
@@ -407,38 +401,42 @@ class _Kernel:
         return self.value(f"sub i64 {quotient}, {self.value(f'zext i1 {negative} to i64')}")
 
     # -- memory
-    def address(self, buffer: int, index: str) -> tuple[str, str]:
-        """(memory type, pointer token) of element `index` of buffer `buffer` (plain GEP, no inbounds)."""
+    def address(self, buffer: int, index: str, lanes: int) -> tuple[str, str]:
+        """(memory type, pointer token) of `lanes` elements from `index` of buffer `buffer` (plain GEP of
+        the element type, no inbounds; a bool element is an i8, `lanes > 1` makes a vector type)."""
         dtype = self.program.buffers[buffer].dtype
-        memory = "i8" if dtype == dtypes.bool else VALUE_TYPES[dtype]
-        return memory, self.value(f"getelementptr {memory}, ptr %data{buffer}, i64 {index}")
+        element = "i8" if dtype == dtypes.bool else VALUE_TYPES[dtype]
+        memory = element if lanes == 1 else f"<{lanes} x {element}>"
+        return memory, self.value(f"getelementptr {element}, ptr %data{buffer}, i64 {index}")
 
     def load(self, number: int, instr: Instr, a: list[str]) -> str:
-        """buffer[index]; with a validity operand the access happens only on the valid branch."""
+        """buffer[index] (a vector dtype: that many consecutive elements); with a validity operand the
+        access happens only on the valid branch, else the value is zero."""
         dtype: DType = instr.dtype  # type: ignore[assignment]
         if len(a) == 2:
             before, taken, done = self.block, f"M{number}.load", f"M{number}.done"
             self.emit(f"br i1 {a[1]}, label %{taken}, label %{done}")
             self.label(taken)
-        memory, pointer = self.address(instr.arg, a[0])
+        memory, pointer = self.address(instr.arg, a[0], dtype.count)
         element = self.value(f"load {memory}, ptr {pointer}, align 1")
-        if dtype == dtypes.bool:
-            element = self.value(f"icmp ne i8 {element}, 0")
+        if dtype.scalar() == dtypes.bool:
+            element = self.value(f"icmp ne {memory} {element}, {zero(dtype)}")
         if len(a) == 1:
             return element
         self.emit(f"br label %{done}")
         self.label(done)
-        return self.value(f"phi {VALUE_TYPES[dtype]} [ {element}, %{taken} ], [ {render_const(0, dtype)}, %{before} ]")
+        return self.value(f"phi {llvm_type(dtype)} [ {element}, %{taken} ], [ {render_const(0, dtype)}, %{before} ]")
 
     def store(self, number: int, instr: Instr, a: list[str]) -> None:
         if len(a) == 3:
             taken, done = f"S{number}.store", f"S{number}.done"
             self.emit(f"br i1 {a[2]}, label %{taken}, label %{done}")
             self.label(taken)
-        memory, pointer = self.address(instr.arg, a[0])
+        dtype: DType = self.program.instrs[instr.srcs[1]].dtype  # type: ignore[assignment]
+        memory, pointer = self.address(instr.arg, a[0], dtype.count)
         value = a[1]
-        if self.program.buffers[instr.arg].dtype == dtypes.bool:
-            value = self.value(f"zext i1 {value} to i8")
+        if dtype.scalar() == dtypes.bool:
+            value = self.value(f"zext {llvm_type(dtype)} {value} to {memory}")
         self.emit(f"store {memory} {value}, ptr {pointer}, align 1")
         if len(a) == 3:
             self.emit(f"br label %{done}")
@@ -472,27 +470,35 @@ class _Kernel:
             self.names[number] = f"%var{self.program.var_names.index(instr.arg)}"
         elif op is IROps.DEFINE_ACC:
             self.names[number] = f"%acc{number}"
-            self.allocas.append(f"  %acc{number} = alloca {VALUE_TYPES[dtype]}")  # type: ignore[index]
-            self.emit(f"store {VALUE_TYPES[dtype]} {render_const(instr.arg, dtype)}, ptr %acc{number}")  # type: ignore
+            self.allocas.append(f"  %acc{number} = alloca {llvm_type(dtype)}")  # type: ignore[arg-type]
+            self.emit(f"store {llvm_type(dtype)} {render_const(instr.arg, dtype)}, ptr %acc{number}")  # type: ignore
         elif op is IROps.ENDLOOP:
             self.end_loop(instr.srcs[0])
         elif op is IROps.ASSIGN:
-            acc_type = VALUE_TYPES[self.program.instrs[instr.srcs[0]].dtype]  # type: ignore[index]
+            acc_type = llvm_type(self.program.instrs[instr.srcs[0]].dtype)  # type: ignore[arg-type]
             self.emit(f"store {acc_type} {self.operand(instr.srcs[1])}, ptr {self.names[instr.srcs[0]]}")
         else:
-            a = [self.operand(src) for src in instr.srcs]
-            if op is IROps.LOOP:
-                self.loop(number, a)
-            elif op is IROps.STORE:
-                self.store(number, instr, a)
-            elif op is IROps.LOAD:
-                self.names[number] = self.load(number, instr, a)
-            elif op is IROps.INDEX:
-                divisor_is_const = self.program.instrs[instr.srcs[-1]].op is IROps.CONST
-                self.names[number] = self.index(instr.arg, divisor_is_const, a)
-            else:
-                types: list[DType] = [self.program.instrs[src].dtype for src in instr.srcs]  # type: ignore[misc]
-                self.names[number] = self.alu(instr, types, a)
+            self.computed(number, instr, [self.operand(src) for src in instr.srcs])
+
+    def computed(self, number: int, instr: Instr, a: list[str]) -> None:
+        """Emit an instruction whose operands `a` are ready (accumulators already read)."""
+        op = instr.op
+        types: list[DType] = [self.program.instrs[src].dtype for src in instr.srcs]  # type: ignore[misc]
+        if op is IROps.LOOP:
+            self.loop(number, a)
+        elif op is IROps.STORE:
+            self.store(number, instr, a)
+        elif op is IROps.LOAD:
+            self.names[number] = self.load(number, instr, a)
+        elif op is IROps.INDEX:
+            divisor_is_const = self.program.instrs[instr.srcs[-1]].op is IROps.CONST
+            self.names[number] = self.index(instr.arg, divisor_is_const, a)
+        elif op is IROps.VECTORIZE:
+            self.names[number] = self.vectors.vectorize(instr.dtype, a)  # type: ignore[arg-type]
+        elif op is IROps.GEP:
+            self.names[number] = self.vectors.gep(types[0], a[0], instr.arg)
+        else:
+            self.names[number] = self.alu(instr, types, a)
 
     def source(self) -> str:
         for number, instr in enumerate(self.program.instrs):
@@ -508,9 +514,12 @@ class _Kernel:
 
 
 class LLVMIRRenderer(Renderer):
-    """LLVM IR text for the LLVM runtime (llvmlite); upcast axes become unrolled scalar code."""
+    """LLVM IR text for the LLVM runtime (llvmlite). `options` say what lowering may give it: by default
+    scalar code only (upcast axes become unrolled scalar code, no thread parameters); with
+    `cpu_options(vector_bytes)` the vector instructions of fast/codegen/ir.py (fast/renderer/llvm_vectors.py)."""
 
-    options = RendererOptions(supports_vectors=False, max_upcast=4, max_unroll=8)
+    def __init__(self, options: RendererOptions | None = None) -> None:
+        self.options = options if options is not None else cpu_options(0, threads=False)
 
     def render(self, program: LinearProgram) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):

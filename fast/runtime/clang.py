@@ -6,7 +6,9 @@ GCC), linked with `-lm`.
 - `-ffp-contract=off`: `a*b+c` is never fused (only MULACC could be, and it is specified unfused).
 - `-fno-math-errno`: libm calls need not set errno, so `sqrtf` becomes one instruction. It changes no
   value (IEEE results are the same); we never read errno.
-- never `-ffast-math` or `-march=native` (values must be IEEE; cached libraries must run anywhere).
+- never `-ffast-math` or `-march=native` (values must be IEEE). The SIMD level detected at run time
+  (`fast/runtime/cpu.py`: `-mavx2 -mfma`, or also `-mavx512f/vl/dq/bw`) is added; it is part of the
+  compiler identity, so the cache never hands a library to a machine without those instructions.
 - GCC only: `-fno-tree-vectorize` (loop and basic-block vectorizers off). GCC 12's vectorizers
   miscompile two kinds of kernel we generate. (1) The basic-block (SLP) vectorizer summed four
   `(uint8_t)(data1[i] != 0)` terms of an unrolled bool->uint8 SUM as 252 instead of 4: it kept the
@@ -29,7 +31,7 @@ GCC), linked with `-lm`.
 
 Libraries are written once to a content-addressed file (`<cache_dir>/clang-lib/<sha256>.so`, or a
 per-process temp dir when the compile cache is disabled) and loaded with one `ctypes.CDLL` per file,
-kept alive for the life of the process. Kernels run single-threaded.
+kept alive for the life of the process. Large kernels run on several threads (fast/runtime/launch.py).
 """
 from __future__ import annotations
 
@@ -44,7 +46,9 @@ import time
 from collections.abc import Sequence
 
 from fast import config
+from fast.renderer.base import cpu_options
 from fast.renderer.c import CRenderer
+from fast.runtime import cpu
 from fast.runtime.base import Compiled, Compiler, HostAllocator, HostMemory, atomic_write
 
 BASE_FLAGS: tuple[str, ...] = ("-std=c11", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
@@ -80,7 +84,7 @@ def is_gcc(path: str) -> bool:
 
 def compile_flags(path: str) -> tuple[str, ...]:
     clang = "clang" in compiler_version(path).lower()
-    flags = BASE_FLAGS if not is_gcc(path) else (*BASE_FLAGS, *GCC_FLAGS)
+    flags = (*BASE_FLAGS, *cpu.c_flags()) if not is_gcc(path) else (*BASE_FLAGS, *cpu.c_flags(), *GCC_FLAGS)
     if not config.get().ubsan:
         return flags
     if clang:
@@ -157,7 +161,7 @@ class ClangProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = CRenderer()
+_RENDERER = CRenderer(cpu_options(cpu.vector_bytes()))
 _COMPILER = ClangCompiler()
 
 

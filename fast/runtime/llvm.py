@@ -30,7 +30,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from fast.renderer.base import cpu_options
 from fast.renderer.llvmir import LLVMIRRenderer
+from fast.runtime import cpu
 from fast.runtime.base import Compiled, Compiler, HostAllocator, HostMemory
 
 try:
@@ -175,7 +177,7 @@ class LLVMProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = LLVMIRRenderer()
+_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes()))
 _COMPILER = LLVMCompiler()
 
 

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from fast.runtime.launch import launch
 from fast import config
 from fast.codegen import format_program, lower, verify
 from fast.codegen.ir import BufferInfo, IndexOps, Instr, IRBuilder, IRError, IROps, LinearProgram, LoopKind
@@ -57,7 +58,7 @@ def run(device, ast: LazyOp, inputs: list[np.ndarray], vals: tuple[int, ...] = (
         handle = device.allocator.alloc(array.nbytes)
         device.allocator.copyin(handle, np.ascontiguousarray(array).data.cast("B"))
         handles.append(handle)
-    kernel(*handles, vals=vals)
+    launch(kernel, handles, vals, program.threaded, 0)
     for array, handle in zip(outputs, handles, strict=False):
         device.allocator.copyout(array.data.cast("B"), handle)
     return outputs, source

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("llvmlite")
 
 import fast  # noqa: E402
+from fast.runtime.launch import launch
 from fast import BinaryOps, ReduceOps, TernaryOps, UnaryOps, config, dtypes  # noqa: E402
 from fast.codegen import lower, verify  # noqa: E402
 from fast.codegen.ir import BufferInfo, IndexOps, IRBuilder, LinearProgram, LoopKind  # noqa: E402
@@ -115,7 +116,7 @@ def run_on(device, ast: LazyOp, inputs: list[np.ndarray], vals: tuple[int, ...] 
         handle = device.allocator.alloc(array.nbytes)
         device.allocator.copyin(handle, np.ascontiguousarray(array).data.cast("B"))
         handles.append(handle)
-    kernel(*handles, vals=vals)
+    launch(kernel, handles, vals, program.threaded, 0)
     for array, handle in zip(outputs, handles, strict=False):
         device.allocator.copyout(array.data.cast("B"), handle)
     return outputs, source
@@ -447,7 +448,7 @@ def run_program(device, program: LinearProgram, vals: tuple[int, ...]) -> list[n
     kernel = device.runtime(program.name, device.compiler.compile_cached(device.renderer.render(program)))
     outputs = [np.zeros(b.size, b.dtype.storage_np) for b in program.buffers]
     handles = [device.allocator.alloc(array.nbytes) for array in outputs]
-    kernel(*handles, vals=vals)
+    launch(kernel, handles, vals, program.threaded, 0)
     for array, handle in zip(outputs, handles, strict=True):
         device.allocator.copyout(array.data.cast("B"), handle)
     return outputs
@@ -508,7 +509,7 @@ for case, moves, noopt in %s:
         program = lower(LazyOp(KernelOps.SINK, (store,)), device.renderer.options)
         kernel = device.runtime(program.name, device.compiler.compile_cached(device.renderer.render(program)))
     out = device.allocator.alloc(4 * program.buffers[0].size)
-    kernel(out, HostMemory(owner, page - 1024, 1024))
+    kernel(out, HostMemory(owner, page - 1024, 1024), vals=(0, 1) if program.threaded else ())
     result = np.zeros(program.buffers[0].size, np.int32)
     device.allocator.copyout(result.data, out)
     print(result.tolist(), flush=True)

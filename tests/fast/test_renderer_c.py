@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from fast.runtime.launch import launch
 from fast import config
 from fast.codegen import format_program, lower, verify
 from fast.codegen.ir import IROps
@@ -96,7 +97,7 @@ def run(device, ast: LazyOp, arrays: list[np.ndarray]) -> str:
         handle = device.allocator.alloc(array.nbytes)
         device.allocator.copyin(handle, np.ascontiguousarray(array).data.cast("B"))
         handles.append(handle)
-    kernel(*handles)
+    launch(kernel, handles, (), program.threaded, 0)
     for info in program.buffers:
         if info.is_output:
             device.allocator.copyout(arrays[info.idx].data.cast("B"), handles[info.idx])

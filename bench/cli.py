@@ -1,0 +1,133 @@
+"""`python -m bench`: options, the run (fresh compile cache, bandwidth, workloads), the outputs.
+
+Exit status: 0 when every check passed, 1 when a check failed or a row raised (the results are
+written either way), 2 for bad options.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import fast
+from bench import RESULTS_DIR, SCHEMA
+from bench.machine import machine_info, measure_bandwidth
+from bench.peers import load_peers
+from bench.report import detail_lines, summary_lines, text_table, write_all
+from bench.suite import Plan, failures, run_all
+from bench.timing import Budget, as_dict
+from bench.workloads import WORKLOADS, by_name
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; see `python -m bench --help`."""
+    names = ", ".join(workload.name for workload in WORKLOADS)
+    parser = argparse.ArgumentParser(prog="python -m bench", description="Benchmark fast against numpy "
+                                     "(and torch / JAX when importable) on CPU devices.")
+    parser.add_argument("--only", metavar="NAME[,NAME]", help=f"workloads to run (default all): {names}")
+    parser.add_argument("--devices", default="CLANG,LLVM", help="fast devices, comma separated (default CLANG,LLVM)")
+    parser.add_argument("--quick", action="store_true", help="shrink every size ~64x and the time budget (smoke test)")
+    parser.add_argument("--skip-slow", action="store_true", help="skip the slow workloads (matmul_2048)")
+    parser.add_argument("--budget", type=float, help="seconds of warm repeats per workload per device "
+                        "(default 3, 0.2 with --quick); at least one warm run is always timed")
+    parser.add_argument("--max-repeats", type=int, default=20, help="at most this many warm repeats (default 20)")
+    parser.add_argument("--peers", default="torch,jax", help="optional peers to try besides numpy (default torch,jax;"
+                        " '' for none)")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help=f"where results go (default {RESULTS_DIR})")
+    parser.add_argument("--out-prefix", default="latest", help="file name stem of the results (default latest)")
+    parser.add_argument("--no-png", action="store_true", help="do not draw the chart")
+    parser.add_argument("--bandwidth-mib", type=int, help="size of the bandwidth copy (default 256, 32 with --quick)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--note", action="append", default=[], help="a note to record with the results "
+                        "(repeatable), e.g. which checkout of fast was measured")
+    return parser.parse_args(argv)
+
+
+def fast_info() -> dict[str, Any]:
+    """Where `fast` was imported from, and its git commit (with a dirty flag) when it is a checkout."""
+    package = Path(fast.__file__).resolve().parent
+    info: dict[str, Any] = {"file": str(package / "__init__.py"), "git": None, "dirty": None}
+    try:
+        commit = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True, timeout=10).stdout.strip()
+        status = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--", "."],
+                                capture_output=True, text=True, check=True, timeout=10).stdout
+        info.update(git=commit, dirty=bool(status.strip()))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def build_plan(options: argparse.Namespace, bandwidth_gbs: float) -> tuple[Plan, list[str]]:
+    """The plan from the options, and notes about peers that are not available."""
+    peers, notes = load_peers(tuple(name for name in options.peers.split(",") if name.strip()))
+    budget = Budget(seconds=options.budget if options.budget is not None else (0.2 if options.quick else 3.0),
+                    max_repeats=max(1, options.max_repeats))
+    devices = tuple(device.strip() for device in options.devices.split(",") if device.strip())
+    plan = Plan(devices=devices, peers=tuple(peers), budget=budget, quick=options.quick, seed=options.seed,
+                bandwidth_gbs=bandwidth_gbs, log=lambda line: print(line, flush=True))
+    return plan, notes
+
+
+def selected(options: argparse.Namespace) -> tuple[list[Any], list[str]]:
+    """The workloads to run, and a note for each one skipped as slow."""
+    workloads = by_name(options.only)
+    if not options.skip_slow:
+        return workloads, []
+    notes = [f"{workload.name} skipped (--skip-slow)" for workload in workloads if workload.slow]
+    return [workload for workload in workloads if not workload.slow], notes
+
+
+def measure(options: argparse.Namespace) -> dict[str, Any]:
+    """Run everything and return the whole result (not yet written)."""
+    started = time.perf_counter()
+    workloads, notes = selected(options)
+    notes = [*options.note, *notes]
+    bandwidth = measure_bandwidth(options.bandwidth_mib or (32 if options.quick else 256))
+    plan, peer_notes = build_plan(options, bandwidth["bandwidth_gbs"])
+    notes += peer_notes
+    for note in notes:
+        print(f"note: {note}", flush=True)
+    cache_dir = tempfile.mkdtemp(prefix="fast-bench-cache-")
+    try:
+        with fast.config.override(cache_dir=cache_dir):
+            rows, peer_results = run_all(workloads, plan)
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    return {"schema": SCHEMA, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python -m bench", *options.argv]), "quick": options.quick,
+            "devices": list(plan.devices), "budget": as_dict(plan.budget), "machine": machine_info(),
+            "bandwidth": bandwidth, "fast": {**fast_info(), "compile_cache": "fresh temporary directory"},
+            "peers": {ops.name: ops.version for ops in plan.peers}, "notes": notes, "results": rows,
+            "peer_results": peer_results, "failures": failures(rows, peer_results),
+            "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    options = parse_args(argv)
+    options.argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        by_name(options.only)
+    except ValueError as error:
+        print(f"python -m bench: {error}", file=sys.stderr)
+        return 2
+    print(f"fast from {fast.__file__}", flush=True)
+    result = measure(options)
+    write_all(result, options.out_dir, options.out_prefix, png=not options.no_png)
+    print()
+    print("\n".join(summary_lines(result)))
+    print(text_table(result))
+    print("\n".join(line for line in detail_lines(result) if not line.startswith("FAILED")))
+    print(f"wrote {options.out_dir / options.out_prefix}.{{json,md,png}} in {result['wall_s']} s")
+    for line in result["failures"]:
+        print(f"FAILED: {line}", file=sys.stderr)
+    if result["failures"]:
+        print(f"{len(result['failures'])} FAILURE(S): see above and 'failures' in the JSON", file=sys.stderr)
+    return 1 if result["failures"] else 0

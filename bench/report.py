@@ -1,0 +1,151 @@
+"""Presenting a run: the console table, `<prefix>.json`, `<prefix>.md` (a Markdown table for the
+README) and `<prefix>.png` (ratios numpy_time / fast_time per workload and device; needs matplotlib).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+BASE_COLUMNS = ("workload", "device", "median ms", "min", "max", "numpy ms", "ratio")
+TAIL_COLUMNS = ("kernels", "compile s", "GB/s", "% bw", "GFLOP/s", "check")
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A number with about `digits` significant figures, '-' when missing."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(value)))))
+    return f"{value:.{decimals}f}"
+
+
+def check_text(row: dict[str, Any]) -> str:
+    """ok, FAIL (with the reason or the error), or n/a."""
+    if row.get("error"):
+        return "ERROR"
+    check = row.get("check")
+    if not check:
+        return "n/a"
+    return "ok" if check.get("ok") else "FAIL"
+
+
+def columns(result: dict[str, Any]) -> list[str]:
+    """Table columns: a ratio column per optional peer that ran."""
+    peers = [f"{name} ratio" for name in result.get("peers", []) if name != "numpy"]
+    return [*BASE_COLUMNS, *peers, *TAIL_COLUMNS]
+
+
+def _compile_cell(row: dict[str, Any]) -> str:
+    if row.get("compile_s") is None:
+        return "-"
+    return f"{fmt(row['compile_s'])} ({row.get('compiles', 0)})"
+
+
+def cells(row: dict[str, Any], peers: list[str]) -> list[str]:
+    """One table row as strings, in `columns` order."""
+    bw = row.get("bw_fraction")
+    ratios = [fmt(row.get("peer_ratios", {}).get(name)) for name in peers if name != "numpy"]
+    kernels = row.get("kernels")
+    return [row["workload"], row["device"], fmt(row.get("median_ms")), fmt(row.get("min_ms")),
+            fmt(row.get("max_ms")), fmt(row.get("numpy_ms")), fmt(row.get("ratio_numpy")), *ratios,
+            "-" if kernels is None else str(kernels), _compile_cell(row), fmt(row.get("gbs")),
+            fmt(None if bw is None else 100 * bw, 2), fmt(row.get("gflops")), check_text(row)]
+
+
+def table_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the results table."""
+    peers = list(result.get("peers", []))
+    return columns(result), [cells(row, peers) for row in result["results"]]
+
+
+def text_table(result: dict[str, Any]) -> str:
+    """The table as aligned plain text."""
+    header, rows = table_rows(result)
+    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in [header, *rows]]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """Machine, bandwidth and notes, one fact a line."""
+    machine, bandwidth = result["machine"], result["bandwidth"]
+    lines = [f"command: {result['command']}" + (" (quick sizes: smoke test only)" if result.get("quick") else ""),
+             f"machine: {machine['cpu_model']}, {machine['cores']} cores, flags {' '.join(machine['cpu_flags'])}, "
+             f"numpy {machine['numpy']}",
+             f"bandwidth: {bandwidth['single_thread_gbs']} GB/s one thread, {bandwidth['all_cores_gbs']} GB/s "
+             f"{bandwidth['threads']} threads (copy of {bandwidth['array_mib']} MiB; read + write)",
+             f"fast: {result['fast']['file']} (git {result['fast'].get('git') or '?'})"]
+    lines += [f"note: {note}" for note in result.get("notes", [])]
+    return lines
+
+
+def detail_lines(result: dict[str, Any]) -> list[str]:
+    """What the table has no column for: graph_build's µs per node, and every failure."""
+    lines = []
+    for row in result["results"]:
+        if row["workload"] == "graph_build" and "build_us_per_node" in row:
+            lines.append(f"graph_build on {row['device']} ({row['nodes']} nodes): build "
+                         f"{fmt(row['build_us_per_node'])} µs/node, schedule {fmt(row['schedule_us_per_node'])} "
+                         f"µs/node; build with the node cache off {fmt(row['us_per_node_cache_off'])}, rebuild of "
+                         f"a live graph {fmt(row['us_per_node_cache_hit'])}, a trivial Python object "
+                         f"{fmt(row['us_per_trivial_object'])} µs")
+    return lines + [f"FAILED: {line}" for line in result.get("failures", [])]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """A Markdown table ready to paste into the README, with the machine summary above it."""
+    header, rows = table_rows(result)
+    lines = [f"- {line}" for line in summary_lines(result)]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += ["", "ratio = numpy time / fast time (higher is better); compile s = cold run minus median warm "
+              "run, 0 when noise makes it negative (compiles in brackets); GB/s counts inputs read once + output "
+              "written once; % bw is GB/s over the measured copy bandwidth; times include graph build + schedule."]
+    lines += [""] + [f"- {line}" for line in detail_lines(result)]
+    return "\n".join(lines) + "\n"
+
+
+def write_png(result: dict[str, Any], path: Path) -> str | None:
+    """Bar chart of ratio vs numpy per workload and device; None when written, else why not."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install '.[bench]'): no PNG written"
+    rows = [row for row in result["results"] if row.get("ratio_numpy")]
+    if not rows:
+        return "no ratios to plot: no PNG written"
+    workloads = list(dict.fromkeys(row["workload"] for row in rows))
+    devices = list(dict.fromkeys(row["device"] for row in rows))
+    width = 0.8 / len(devices)
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.1 * len(workloads)), 4.5))
+    for index, device in enumerate(devices):
+        ratio = {row["workload"]: row["ratio_numpy"] for row in rows if row["device"] == device}
+        xs = [i + (index - (len(devices) - 1) / 2) * width for i in range(len(workloads))]
+        bars = axes.bar(xs, [ratio.get(name, 0.0) for name in workloads], width, label=f"fast {device}")
+        axes.bar_label(bars, fmt="%.2g", fontsize=7)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_yscale("log")
+    axes.set_xticks(range(len(workloads)), workloads, rotation=30, ha="right")
+    axes.set_ylabel("numpy time / fast time (higher is better)")
+    axes.set_title(f"fast vs numpy — {result['machine']['cpu_model']}", fontsize=9)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return None
+
+
+def write_all(result: dict[str, Any], out_dir: Path, prefix: str, png: bool) -> None:
+    """Write <prefix>.png (when asked and possible), then .json and .md; what was skipped goes in the notes."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    why_not = write_png(result, out_dir / f"{prefix}.png") if png else "PNG not drawn (--no-png)"
+    if why_not:
+        result.setdefault("notes", []).append(why_not)
+    (out_dir / f"{prefix}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out_dir / f"{prefix}.md").write_text(markdown(result))

@@ -1,0 +1,167 @@
+"""Running the selected workloads on every device and peer, and assembling the rows of the results.
+
+A row is one (workload, fast device) pair: fast's timings, kernels, compile cost, check, and the
+peers' medians and ratios (peer time / fast time: higher is better for fast). An exception in one
+row is recorded in that row (`error`) and the run goes on; the caller reports it loudly.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.graph_build import run_graph_build
+from bench.peers import ArrayOps
+from bench.runner import check_result, run_fast, run_peer, throughput
+from bench.timing import Budget
+from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: devices, peers, budget, sizes, seed, and the measured bandwidth."""
+
+    devices: tuple[str, ...]
+    peers: tuple[ArrayOps, ...]
+    budget: Budget
+    quick: bool
+    seed: int
+    bandwidth_gbs: float
+    log: Callable[[str], None] = print
+
+
+def make_arrays(workload: Workload, plan: Plan) -> list[np.ndarray]:
+    """The workload's inputs, the same for every device and peer, reproducible from the seed."""
+    rng = np.random.default_rng([plan.seed, zlib.crc32(workload.name.encode())])
+    return workload.make_inputs(rng, plan.quick)
+
+
+def error_text(error: BaseException) -> str:
+    """The exception and where it was raised, for the row and the console."""
+    where = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
+    place = f" at {where[0].filename}:{where[0].lineno}" if where else ""
+    return f"{type(error).__name__}: {error}{place}"
+
+
+def run_peers(workload: Workload, arrays: list[np.ndarray], plan: Plan) -> tuple[dict[str, Any], np.ndarray]:
+    """Every peer's summary (numpy first; its result is the reference the others are checked against)."""
+    summaries: dict[str, Any] = {}
+    reference: np.ndarray | None = None
+    for ops in plan.peers:
+        try:
+            summary, value = run_peer(ops, workload, arrays, plan.budget)
+        except Exception as error:
+            if reference is None:
+                raise
+            summaries[ops.name] = {"peer": ops.name, "error": error_text(error)}
+            continue
+        if reference is None:
+            reference = value
+        else:
+            summary["check"] = check_result(value, reference, workload.rtol, workload.atol)
+        summaries[ops.name] = summary
+    if reference is None:
+        raise RuntimeError("no numpy reference: numpy must be the first peer")
+    return summaries, reference
+
+
+def peer_fields(fast_ms: float | None, peers: dict[str, Any]) -> dict[str, Any]:
+    """numpy_ms, ratio_numpy and the other peers' ratios for one fast median."""
+    def ratio(name: str) -> float | None:
+        peer_ms = peers.get(name, {}).get("median_ms")
+        return peer_ms / fast_ms if peer_ms and fast_ms else None
+    return {"numpy_ms": peers.get("numpy", {}).get("median_ms"), "ratio_numpy": ratio("numpy"),
+            "peer_ratios": {name: ratio(name) for name in peers if name != "numpy"}}
+
+
+def compute_row(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray,
+                peers: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    """One (workload, device) row of a compute workload."""
+    row: dict[str, Any] = {"workload": workload.name, "device": device,
+                           "inputs": [list(array.shape) for array in arrays]}
+    try:
+        row.update(run_fast(workload, device, arrays, reference, plan.budget))
+    except Exception as error:
+        row["error"] = error_text(error)
+        return row
+    row.update(peer_fields(row["median_ms"], peers))
+    row.update(throughput(workload, arrays, tuple(row["out_shape"]), row["median_ms"] / 1e3, plan.bandwidth_gbs))
+    return row
+
+
+def graph_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
+    """The graph_build rows (no peer)."""
+    nodes = GRAPH_NODES_QUICK if plan.quick else GRAPH_NODES
+    rows = []
+    for device in plan.devices:
+        row: dict[str, Any] = {"workload": workload.name, "device": device}
+        try:
+            row.update(run_graph_build(device, nodes, plan.budget))
+        except Exception as error:
+            row["error"] = error_text(error)
+        rows.append(row)
+        plan.log(progress_line(row))
+    return rows
+
+
+def progress_line(row: dict[str, Any]) -> str:
+    """A one-line account of a finished row."""
+    head = f"  {row['workload']:<12} {row['device']:<8}"
+    if row.get("error"):
+        return f"{head} ERROR {row['error']}"
+    check = row.get("check") or {}
+    verdict = "ok" if check.get("ok") else f"CHECK FAILED {check}"
+    numpy_ms = row.get("numpy_ms")
+    peer = f", numpy {numpy_ms:.3f} ms" if numpy_ms else ""
+    return f"{head} {row['median_ms']:.3f} ms median of {row['repeats']}{peer}, {row.get('kernels')} kernels, {verdict}"
+
+
+def run_workload(workload: Workload, plan: Plan) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows for every device, and the peers' summaries for this workload."""
+    if workload.kind == "graph_build":
+        return graph_rows(workload, plan), {}
+    arrays = make_arrays(workload, plan)
+    peers, reference = run_peers(workload, arrays, plan)
+    rows = []
+    for device in plan.devices:
+        rows.append(compute_row(workload, device, arrays, reference, peers, plan))
+        plan.log(progress_line(rows[-1]))
+    return rows, peers
+
+
+def failures(rows: list[dict[str, Any]], peer_results: dict[str, Any]) -> list[str]:
+    """Every error and failed check, one line each."""
+    lines = []
+    for row in rows:
+        if row.get("error"):
+            lines.append(f"{row['workload']} on {row['device']}: {row['error']}")
+        elif row.get("check") and not row["check"].get("ok"):
+            lines.append(f"{row['workload']} on {row['device']}: check failed {row['check']}")
+    for workload, peers in peer_results.items():
+        for name, summary in peers.items():
+            if summary.get("error") or (summary.get("check") and not summary["check"].get("ok")):
+                lines.append(f"{workload} on {name}: {summary.get('error') or summary['check']}")
+    return lines
+
+
+def run_all(workloads: list[Workload], plan: Plan) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run every workload; the rows and, per workload, the peers' summaries."""
+    rows: list[dict[str, Any]] = []
+    peer_results: dict[str, Any] = {}
+    for workload in workloads:
+        plan.log(f"{workload.name}: {workload.description}")
+        try:
+            new_rows, peers = run_workload(workload, plan)
+        except Exception as error:  # the numpy reference itself failed: nothing to compare with
+            new_rows = [{"workload": workload.name, "device": d, "error": error_text(error)} for d in plan.devices]
+            peers = {}
+            print(f"  {workload.name}: ERROR {error_text(error)}", file=sys.stderr)
+        rows += new_rows
+        if peers:
+            peer_results[workload.name] = peers
+    return rows, peer_results

@@ -1,0 +1,161 @@
+"""The registry of workloads: sizes (full and `--quick`), inputs, the `fast` graph, the peer function,
+the correctness tolerance, and what throughput means for each (bytes moved or floating-point ops).
+
+Inputs are float32 in modest ranges (nothing overflows); sums read values in [0, 1) so that the
+result does not cancel and a relative tolerance is meaningful.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench import graphs
+from bench.peers import ArrayOps
+
+QUICK_DIV = 8  # --quick divides each side of a matrix by this (elements by 64) and vectors by 64
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark. `build(*lazy_inputs)` is the fast graph, `peer(ops, *arrays)` the peers' version.
+
+    `kind` is "compute" (timed on every device against the peers) or "graph_build" (build and
+    schedule only). Memory-bound workloads report GB/s (inputs read once + output written once);
+    the others report GFLOP/s from `flops(inputs)`.
+    """
+
+    name: str
+    description: str
+    make_inputs: Callable[[np.random.Generator, bool], list[np.ndarray]]
+    build: Callable[..., Any] | None = None
+    peer: Callable[..., Any] | None = None
+    rtol: float = 1e-3
+    atol: float = 0.0
+    memory_bound: bool = True
+    flops: Callable[[list[np.ndarray]], float] | None = None
+    slow: bool = False
+    kind: str = "compute"
+
+
+def _uniform(rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float) -> np.ndarray:
+    return rng.uniform(low, high, size=shape).astype(np.float32)
+
+
+def _vector(quick: bool) -> int:
+    return (1 << 24) // (64 if quick else 1)
+
+
+def _side(full: int, quick: bool) -> int:
+    return full // QUICK_DIV if quick else full
+
+
+def _elementwise_inputs(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+    return [_uniform(rng, (_vector(quick),), -1.0, 1.0) for _ in range(3)]
+
+
+def _vector_inputs(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+    return [_uniform(rng, (_vector(quick),), 0.0, 1.0)]
+
+
+def _positive_matrix(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+    side = _side(4096, quick)
+    return [_uniform(rng, (side, side), 0.0, 1.0)]
+
+
+def _normal_matrix(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+    side = _side(4096, quick)
+    return [rng.standard_normal((side, side), dtype=np.float32)]
+
+
+def _matmul_inputs(n: int) -> Callable[[np.random.Generator, bool], list[np.ndarray]]:
+    def make(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+        side = _side(n, quick)
+        return [_uniform(rng, (side, side), -1.0, 1.0) for _ in range(2)]
+    return make
+
+
+def _conv_inputs(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+    batch, channels, size = (2, 8, 14) if quick else (8, 64, 56)
+    return [_uniform(rng, (batch, channels, size, size), -1.0, 1.0),
+            _uniform(rng, (channels, channels, 3, 3), -1.0, 1.0)]
+
+
+def _graph_inputs(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+    return [_uniform(rng, (4, 4), 0.5, 1.0)]
+
+
+def _matmul_flops(inputs: list[np.ndarray]) -> float:
+    (m, k), (_, n) = inputs[0].shape, inputs[1].shape
+    return 2.0 * m * n * k
+
+
+def _conv_flops(inputs: list[np.ndarray]) -> float:
+    (n, cin, h, w), (cout, _, k, _) = inputs[0].shape, inputs[1].shape
+    return 2.0 * n * cout * cin * k * k * h * w  # padding 1, stride 1: output is h x w
+
+
+def _elementwise_peer(ops: ArrayOps, a: Any, b: Any, c: Any) -> Any:
+    return ops.exp(a * b + c) * 0.5 + a - b * c
+
+
+def _softmax_peer(ops: ArrayOps, x: Any) -> Any:
+    numerator = ops.exp(x - ops.max(x, 1))
+    return numerator / ops.sum(numerator, 1)
+
+
+def _layernorm_peer(ops: ArrayOps, x: Any) -> Any:
+    inv_n = 1.0 / x.shape[1]
+    centered = x - ops.sum(x, 1) * inv_n
+    return centered / ops.sqrt(ops.sum(centered * centered, 1) * inv_n + 1e-5)
+
+
+def _matmul(n: int) -> Workload:
+    return Workload(f"matmul_{n}", f"{n}x{n} @ {n}x{n} as expand-multiply-sum", _matmul_inputs(n),
+                    graphs.matmul, lambda ops, a, b: ops.matmul(a, b), rtol=1e-3, atol=1e-3,
+                    memory_bound=False, flops=_matmul_flops, slow=n >= 2048)
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("elementwise", "exp(a*b+c)*0.5 + a - b*c, 8 ops over three 16M vectors", _elementwise_inputs,
+             graphs.elementwise_chain, _elementwise_peer, rtol=1e-4, atol=1e-5),
+    Workload("sum", "sum of 16M", _vector_inputs, graphs.total_sum, lambda ops, x: ops.sum(x)),
+    Workload("row_sum", "row sums of 4096x4096 (axis 1)", _positive_matrix,
+             lambda x: graphs.axis_sum(x, 1), lambda ops, x: ops.sum(x, 1)),
+    Workload("col_sum", "column sums of 4096x4096 (axis 0)", _positive_matrix,
+             lambda x: graphs.axis_sum(x, 0), lambda ops, x: ops.sum(x, 0)),
+    Workload("softmax", "row softmax of 4096x4096", _normal_matrix, graphs.softmax, _softmax_peer,
+             rtol=1e-3, atol=1e-7),
+    _matmul(512),
+    _matmul(1024),
+    _matmul(2048),
+    Workload("conv2d", "8x64x56x56 * 64x64x3x3, padding 1", _conv_inputs,
+             lambda x, w: graphs.conv2d(x, w, 1), lambda ops, x, w: ops.conv2d(x, w, 1),
+             rtol=1e-3, atol=1e-3, memory_bound=False, flops=_conv_flops),
+    Workload("layernorm", "layernorm over the rows of 4096x4096", _normal_matrix, graphs.layernorm,
+             _layernorm_peer, rtol=1e-3, atol=1e-4),
+    Workload("graph_build", "build + schedule a 10,000-node elementwise graph", _graph_inputs, kind="graph_build"),
+)
+
+GRAPH_NODES = 10_000
+GRAPH_NODES_QUICK = 200
+
+
+def by_name(names: str | None) -> list[Workload]:
+    """The workloads named in a comma list (all when None), in registry order; ValueError for unknown names."""
+    if not names:
+        return list(WORKLOADS)
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    known = {workload.name for workload in WORKLOADS}
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(sorted(known))}")
+    return [workload for workload in WORKLOADS if workload.name in wanted]
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    """Number of elements of a shape."""
+    return math.prod(shape)

@@ -1,0 +1,307 @@
+"""EXP2, LOG2 and SIN as branch-free code in the linear IR, so every backend computes the same bits.
+
+`expand(b, op, x)` emits only CONST and the ordinary ALU ops (ADD SUB MUL DIV MOD MAX CMPLT CMPEQ NEG
+WHERE CAST BITCAST) with the exact semantics of docs/semantics.md: no libm, no FMA (every product and
+sum is rounded on its own), no float -> int CAST (integers come from BITCASTs of magic-number sums),
+no data-dependent branch (special values and the two SIN reductions are computed and then selected
+with WHERE, as the lanes of a vector must be). Every constant and cast target is built with
+`_like(dtype, scalar)`, so the same code serves `float32.vec(n)` values.
+
+Algorithms (float32 and float64 share them; half floats run the float32 code between two CASTs,
+which is docs/semantics.md's "in float32, then rounded"):
+- EXP2: clamp x (NaN stays NaN), k = rint(x) by adding 1.5*2^p, f = x - k in [-1/2, 1/2] exactly,
+  2^f = 1 + f*P(f) (minimax, relative error 2.6e-9 / 1.8e-17), times 2^(k/2) and 2^(k - k/2) built
+  from exponent bits: one final rounding, so subnormal results, 0 and inf come out right.
+- LOG2: subnormals scaled by 2^(p+2); x = 2^k * m with m in [sqrt(1/2), sqrt(2)) by integer exponent
+  arithmetic; with f = m - 1, s = f/(2+f): ln(m) = f - f^2/2 + s*(f^2/2 + R(s^2)) (R minimax, error
+  8e-10 / 1.2e-18). f - f^2/2 is split into hi (low mantissa bits cleared) + lo so that hi/ln 2 is
+  exact with a split 1/ln 2, and k + hi/ln 2 is summed with an exact Fast2Sum: error below 1 ulp.
+- SIN: x = n*pi/2 + r, |r| <= pi/4, then +-sin(r) or +-cos(r) by n mod 4 (minimax kernels, error
+  3.8e-9 / 3.6e-18 for sin, 1.2e-10 / 5.6e-20 for cos). Reduction, in float64 arithmetic:
+  * Cody-Waite: float32 for |x| < 2^28 with pi/2 in parts of 25, 25 and 53 bits (n*part exact); float64
+    for |x| < 2^20 with parts of 33, 33, 33 and 53 bits summed exactly (TwoSum) into r_hi + r_lo.
+  * float32, |x| >= 2^28, Payne-Hanek: 2/pi in eight 24-bit chunks C_j; each x*C_j is exact in float64
+    and is reduced mod 4 exactly (or is 0 mod 4 when |x*C_j| >= 2^53); the eight residues are summed
+    exactly (TwoSum), so x*2/pi mod 4 is known to about 2^-100 (|r| >= 2^-32 for every float32).
+  r is rounded to float32 hi + lo and the kernels use sin(hi+lo) = sin(hi) + lo, cos(hi+lo) = cos(hi) -
+  hi*lo. Measured max errors against a float64 evaluation (tests/fast/test_transcendental.py): about
+  1 ulp for float32 EXP2, LOG2, SIN; for float64 EXP2 and LOG2 about 1 ulp against numpy.
+- SIN on float64 is NOT expanded (no exact reduction for |x| >= 2^20 yet): `expand` returns the
+  libm ALU op for it, and `supported(SIN, float64)` is False.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from fast.codegen.ir import IRBuilder
+from fast.dtype import DType, dtypes
+from fast.ops import BinaryOps, TernaryOps, UnaryOps
+
+Num = int | float
+F32, F64, I64 = dtypes.float32, dtypes.float64, dtypes.int64
+_TWO_OVER_PI = int(
+    "a2f9836e4e441529fc2757d1f534ddc0db6295993c439041fe5163abdebbc561b7246e3a424dd2e006492eea09d1921c"
+    "fe1deb1cb129a73ee88235f52ebb4484e99c7026b45f7e413991d639835339f49c845f8bbdf9283b1ff897ffde05980f", 16)
+_TWO_OVER_PI_BITS = 768  # 2/pi = _TWO_OVER_PI * 2^-768 (truncated)
+_PI_OVER_2 = int("6487ed5110b4611a62633145c06e0e68948127044533e63a0105df531d89cd91", 16)  # * 2^-254
+_INV_LN2 = int("5c551d94ae0bf85ddf43ff68348e9f44", 16)  # 1/ln(2) * 2^126 (truncated)
+MAGIC52 = 1.5 * 2.0**52  # x + MAGIC52 - MAGIC52 == rint(x) for |x| < 2^51
+
+
+def _like(dt: DType, scalar: DType) -> DType:
+    """`scalar` with as many lanes as `dt`."""
+    return scalar.vec(dt.count)
+
+
+def _bits(value: float, scalar: DType) -> int:
+    """The IEEE bit pattern of `value` in float32/float64."""
+    fmt = "<f" if scalar == F32 else "<d"
+    return int.from_bytes(struct.pack(fmt, value), "little")
+
+
+def _parts(value: int, scale: int, widths: tuple[int, ...]) -> list[float]:
+    """value * 2^-scale as floats of `widths` significant bits each (truncated), then the rest rounded."""
+    out, rest = [], value
+    for width in widths:
+        drop = max(rest.bit_length() - width, 0)
+        head = (rest >> drop) << drop
+        out.append(math.ldexp(head, -scale))
+        rest -= head
+    return [*out, math.ldexp(rest, -scale)]
+
+
+class _V:
+    """A value being built; arithmetic with a Python number makes a constant of the value's dtype."""
+
+    __slots__ = ("b", "ref")
+
+    def __init__(self, b: IRBuilder, ref: int) -> None:
+        self.b, self.ref = b, ref
+
+    @property
+    def dtype(self) -> DType:
+        return self.b.dtype(self.ref)
+
+    def _ref(self, other: _V | Num) -> int:
+        return other.ref if isinstance(other, _V) else self.b.const(other, self.dtype)
+
+    def op(self, op: BinaryOps | UnaryOps, *others: _V | Num) -> _V:
+        return _V(self.b, self.b.alu(op, (self.ref, *(self._ref(o) for o in others))))
+
+    def __add__(self, o: _V | Num) -> _V: return self.op(BinaryOps.ADD, o)  # noqa: E704
+    def __radd__(self, o: Num) -> _V: return self.op(BinaryOps.ADD, o)  # noqa: E704
+    def __sub__(self, o: _V | Num) -> _V: return self.op(BinaryOps.SUB, o)  # noqa: E704
+    def __rsub__(self, o: Num) -> _V: return _V(self.b, self._ref(o)).op(BinaryOps.SUB, self)  # noqa: E704
+    def __mul__(self, o: _V | Num) -> _V: return self.op(BinaryOps.MUL, o)  # noqa: E704
+    def __rmul__(self, o: Num) -> _V: return self.op(BinaryOps.MUL, o)  # noqa: E704
+    def __neg__(self) -> _V: return self.op(UnaryOps.NEG)  # noqa: E704
+    def __truediv__(self, o: _V | Num) -> _V: return self.op(BinaryOps.DIV, o)  # noqa: E704
+    def div(self, o: _V | Num) -> _V: return self.op(BinaryOps.DIV, o)  # noqa: E704
+    def mod(self, o: _V | Num) -> _V: return self.op(BinaryOps.MOD, o)  # noqa: E704
+    def max(self, o: _V | Num) -> _V: return self.op(BinaryOps.MAX, o)  # noqa: E704
+    def lt(self, o: _V | Num) -> _V: return self.op(BinaryOps.CMPLT, o)  # noqa: E704
+    def eq(self, o: _V | Num) -> _V: return self.op(BinaryOps.CMPEQ, o)  # noqa: E704
+
+    def cast(self, scalar: DType, bitcast: bool = False) -> _V:
+        op = UnaryOps.BITCAST if bitcast else UnaryOps.CAST
+        return _V(self.b, self.b.alu(op, (self.ref,), _like(self.dtype, scalar)))
+
+    def where(self, a: _V | Num, b: _V | Num) -> _V:
+        """self ? a : b (self is bool; one of a, b must be a value)."""
+        like = a if isinstance(a, _V) else b
+        assert isinstance(like, _V)
+        return _V(self.b, self.b.alu(TernaryOps.WHERE, (self.ref, like._ref(a), like._ref(b))))
+
+
+def _poly(x: _V, coefs: tuple[float, ...]) -> _V:
+    """coefs[0] + coefs[1]*x + ... by Horner's rule (each step rounded twice)."""
+    acc = x * coefs[-1]
+    for index, coef in enumerate(reversed(coefs[:-1])):
+        acc = acc + coef if index == len(coefs) - 2 else (acc + coef) * x
+    return acc
+
+
+def _two_sum(a: _V, b: _V) -> tuple[_V, _V]:
+    """Knuth's TwoSum: s + e == a + b exactly, s = fl(a + b)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@dataclass(frozen=True)
+class _Fmt:
+    """One binary float format: its dtypes, bit layout and polynomial coefficients."""
+
+    fdt: DType
+    idt: DType
+    udt: DType
+    mant: int  # explicit mantissa bits
+    bias: int
+    hi_cut: int  # LOG2: low mantissa bits cleared in hi, so hi * IVLN2_HI is exact
+    exp2: tuple[float, ...]  # 2^f - 1 = f*(c0 + c1 f + ...), |f| <= 1/2
+    log: tuple[float, ...]  # R(z) = z*(c0 + c1 z + ...), z = s^2 <= 0.0295
+    sin: tuple[float, ...]  # sin r = r + r^3 (c0 + c1 z + ...), z = r^2, |r| <= pi/4
+    cos: tuple[float, ...]  # cos r = 1 - z/2 + z^2 (c0 + c1 z + ...)
+
+    def ivln2(self) -> tuple[float, float]:
+        """1/ln 2 as hi (mant + 1 - significant bits of LOG2's hi) + lo."""
+        hi, lo = _parts(_INV_LN2, 126, (self.hi_cut,))
+        return hi, lo
+
+
+_F32 = _Fmt(F32, dtypes.int32, dtypes.uint32, 23, 127, 12,
+            exp2=(0.6931472149680303, 0.24022652782875437, 0.0555031055100945, 0.009617692975201408,
+                  0.0013406643900838548, 0.00015594677424896907),
+            log=(0.6666677652678388, 0.3997752166403923, 0.298723104021928),
+            sin=(-0.16666654609479786, 0.008332160757395563, -0.00019515282572766949),
+            cos=(0.041666645682857356, -0.0013887316248460066, 2.4433156367816137e-05))
+_F64 = _Fmt(F64, I64, dtypes.uint64, 52, 1023, 32,
+            exp2=(0.6931471805599457, 0.24022650695910097, 0.05550410866479039, 0.009618129107607003,
+                  0.0013333558153440024, 0.0001540353044157231, 1.525272738514155e-05, 1.3215442675226286e-06,
+                  1.0180647679305334e-07, 7.0725704316002774e-09, 4.0780691131926105e-10),
+            log=(0.6666666666666735, 0.3999999999941313, 0.28571428742766136, 0.22222198531128903,
+                 0.1818356666915628, 0.1531398678066789, 0.14796624383219917),
+            sin=(-0.1666666666666663, 0.008333333333322118, -0.00019841269829589455, 2.7557313621355077e-06,
+                 -2.505074775787929e-08, 1.5896229859133824e-10),
+            cos=(0.041666666666666595, -0.0013888888888873056, 2.480158728885162e-05, -2.7557314179271604e-07,
+                 2.0875700838454965e-09, -1.1358536333902049e-11))
+
+
+def _pow2(k: _V, fm: _Fmt) -> _V:
+    """2^k for integer k in the normal exponent range, from its bits."""
+    return ((k + fm.bias) * (1 << fm.mant)).cast(fm.fdt, bitcast=True)
+
+
+def _exp2(x: _V, fm: _Fmt) -> _V:
+    """2^x: k = rint(x), f = x - k, 2^f by polynomial, times 2^(k/2) * 2^(k - k/2) (one rounding)."""
+    x = -((-x.max(-(fm.bias + fm.mant + 10))).max(-(fm.bias + 3)))  # clamp; NaN stays NaN
+    magic = 1.5 * 2.0**fm.mant
+    t = x + magic
+    f = x - (t - magic)  # exact, |f| <= 1/2
+    k = t.cast(fm.idt, bitcast=True) - _bits(magic, fm.fdt)
+    half = k.div(2)
+    p = f * _poly(f, fm.exp2) + 1.0
+    return p * _pow2(half, fm) * _pow2(k - half, fm)
+
+
+def _log2_reduce(x: _V, fm: _Fmt) -> tuple[_V, _V]:
+    """(k, m) with x = 2^k * m, m in [sqrt(1/2), sqrt(2)), k a float; for finite x > 0."""
+    scale = fm.mant + 2
+    tiny = x.lt(2.0 ** (1 - fm.bias))
+    bits = tiny.where(x * 2.0**scale, x).cast(fm.idt, bitcast=True)
+    shift = _bits(1.0, fm.fdt) - _bits(math.sqrt(0.5), fm.fdt)
+    e = (bits + shift).div(1 << fm.mant)  # the biased exponent of x / m
+    m = (bits - (e - fm.bias) * (1 << fm.mant)).cast(fm.fdt, bitcast=True)
+    return tiny.where(e - (fm.bias + scale), e - fm.bias).cast(fm.fdt), m
+
+
+def _log2(x: _V, fm: _Fmt) -> _V:
+    """log2(x) = k + ln(1 + f)/ln 2 with hi/lo splits (see the module docstring)."""
+    k, m = _log2_reduce(x, fm)
+    f = m - 1.0
+    s = f / (f + 2.0)
+    z = s * s
+    hfsq = f * 0.5 * f
+    hi_bits = (f - hfsq).cast(fm.udt, bitcast=True)
+    hi = (hi_bits - hi_bits.mod(1 << fm.hi_cut)).cast(fm.fdt, bitcast=True)
+    lo = ((f - hi) - hfsq) + s * (hfsq + z * _poly(z, fm.log))
+    inv_hi, inv_lo = fm.ivln2()
+    low = (lo + hi) * inv_lo + lo * inv_hi
+    high = hi * inv_hi
+    w = k + high  # Fast2Sum: |k| >= |high| or k == 0
+    res = (low + ((k - w) + high)) + w
+    res = x.lt(math.inf).where(res, x)  # +inf, NaN
+    res = x.lt(0.0).where(math.nan, res)
+    return x.eq(0.0).where(-math.inf, res)
+
+
+def _kernels(n: _V, hi: _V, lo: _V, fm: _Fmt) -> _V:
+    """sin(n*pi/2 + hi + lo) for integer n in [0, 4) and |hi + lo| <= pi/4 (lo tiny)."""
+    z = hi * hi
+    sin = hi + ((z * hi) * _poly(z, fm.sin) + lo)
+    hz = z * 0.5
+    w = 1.0 - hz
+    cos = w + (((1.0 - w) - hz) + ((z * z) * _poly(z, fm.cos) - hi * lo))
+    res = n.mod(2).eq(1).where(cos, sin)
+    return n.lt(2).where(res, -res)
+
+
+def _rint(x: _V) -> tuple[_V, _V]:
+    """(rint(x), rint(x) mod 4 as int64 in [0, 4)) for float64 |x| < 2^51."""
+    t = x + MAGIC52
+    return t - MAGIC52, t.cast(I64, bitcast=True).mod(4)
+
+
+def _cody_waite(x: _V, widths: tuple[int, ...]) -> tuple[_V, _V, _V]:
+    """(n mod 4, r_hi, r_lo), x = n*pi/2 + r, for float64 |x| < 2^(53 - widths[0]); pi/2 in parts."""
+    nf, n = _rint(x * (2 / math.pi))
+    head, *parts = _parts(_PI_OVER_2, 254, widths)
+    hi, lo = x - nf * head, None  # exact: n*head is exact and close to x
+    for part in parts[:-1]:
+        hi, err = _two_sum(hi, -(nf * part))
+        lo = err if lo is None else lo + err
+    tail = -(nf * parts[-1])
+    hi, err = _two_sum(hi, tail if lo is None else lo + tail)
+    return n, hi, err
+
+
+def _payne_hanek_f32(x: _V, ax: _V) -> tuple[_V, _V]:
+    """(n mod 4, r), x = n*pi/2 + r for any float32 x (in float64): exact products with 2/pi chunks."""
+    hi: _V | None = None
+    lo: _V | None = None
+    for j in range(8):
+        chunk = math.ldexp((_TWO_OVER_PI >> (_TWO_OVER_PI_BITS - 24 * (j + 1))) & 0xFFFFFF, -24 * (j + 1))
+        p = x * chunk  # exact: 24 x 24 bits
+        q = ax.lt(2.0**53 / chunk).where(p - ((p * 0.25 + MAGIC52) - MAGIC52) * 4.0, 0.0)  # p mod 4, exact
+        if hi is None:
+            hi = q
+        else:
+            hi, err = _two_sum(hi, q)
+            lo = err if lo is None else lo + err
+    assert hi is not None and lo is not None
+    nf, n = _rint(hi)
+    return n, ((hi - nf) + lo) * (math.pi / 2)
+
+
+def _sin_f32(x: _V) -> _V:
+    """sinf(x): float64 reduction (Cody-Waite below 2^28, else Payne-Hanek), float32 kernels."""
+    wide = x.cast(F64)
+    ax = wide.max(-wide)
+    n_small, r_hi, r_lo = _cody_waite(wide, (25, 25))
+    n_big, r_big = _payne_hanek_f32(wide, ax)
+    small = ax.lt(2.0**28)
+    r = small.where(r_hi + r_lo, r_big)
+    hi = r.cast(F32)
+    res = _kernels(small.where(n_small, n_big), hi, (r - hi.cast(F64)).cast(F32), _F32)
+    ax32 = x.max(-x)
+    res = ax32.lt(2.0**-12).where(x, res)  # sin(x) rounds to x; keeps -0.0 and subnormals exact
+    return ax32.lt(math.inf).where(res, math.nan)
+
+
+_EXPAND = {(UnaryOps.EXP2, F32): lambda x: _exp2(x, _F32), (UnaryOps.EXP2, F64): lambda x: _exp2(x, _F64),
+           (UnaryOps.LOG2, F32): lambda x: _log2(x, _F32), (UnaryOps.LOG2, F64): lambda x: _log2(x, _F64),
+           (UnaryOps.SIN, F32): _sin_f32}
+_HALVES = (dtypes.float16, dtypes.bfloat16)
+
+
+def supported(op: object, dtype: DType) -> bool:
+    """Whether `expand` builds `op` on (lanes of) `dtype` in IR rather than returning the libm ALU op."""
+    scalar = F32 if dtype.scalar() in _HALVES else dtype.scalar()
+    return (op, scalar) in _EXPAND
+
+
+def expand(b: IRBuilder, op: UnaryOps, x: int) -> int:
+    """The IR value computing `op(x)` (EXP2, LOG2, SIN) from ALU ops; see the module docstring.
+
+    Half floats compute in float32 and are rounded once at the end. For an (op, dtype) that
+    `supported` rejects, this is the plain ALU op (a libm call in the renderers)."""
+    dtype = b.dtype(x)
+    if not supported(op, dtype):
+        return b.alu(op, (x,))
+    value = _V(b, x)
+    scalar = dtype.scalar()
+    if scalar in _HALVES:
+        return _EXPAND[(op, F32)](value.cast(F32)).cast(scalar).ref
+    return _EXPAND[(op, scalar)](value).ref

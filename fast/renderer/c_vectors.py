@@ -1,0 +1,181 @@
+"""Vector values in the C renderer: GCC/clang vector extensions (`__attribute__((vector_size))`).
+
+Representation (lane-wise the same values as the scalar C code, docs/semantics.md):
+- a vector of dtype T with n lanes is `v<T>x<n>`, n elements of T's C type (half floats as uint16);
+- a bool vector is a mask `vmaskx<n>` of int32 lanes holding -1 (true) or 0 (false); comparisons of
+  64-bit lanes give 64-bit masks that are narrowed with `__builtin_convertvector` (-1 stays -1);
+- selects are bitwise on the integer view of the lanes (C has no vector `?:`);
+- integer ADD/SUB/MUL/NEG/MULACC run on the unsigned view (wraps, never signed overflow); DIV/MOD on
+  vectors always have a constant divisor other than 0 and -1 (fast/codegen/ir.py), so plain `/` `%`
+  are defined; float -> int casts zero the lanes whose truncation does not fit before converting;
+- loads and stores go through `memcpy` (any alignment, no aliasing assumptions).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fast.dtype import DType, dtypes
+from fast.ops import BinaryOps, TernaryOps, UnaryOps
+
+SCALAR_CTYPES: dict[DType, str] = {
+    dtypes.bool: "unsigned char", dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.int16: "int16_t",
+    dtypes.uint16: "uint16_t", dtypes.int32: "int32_t", dtypes.uint32: "uint32_t", dtypes.int64: "int64_t",
+    dtypes.uint64: "uint64_t", dtypes.float16: "uint16_t", dtypes.bfloat16: "uint16_t", dtypes.float32: "float",
+    dtypes.float64: "double",
+}
+_BY_WIDTH = {1: (dtypes.int8, dtypes.uint8), 2: (dtypes.int16, dtypes.uint16), 4: (dtypes.int32, dtypes.uint32),
+             8: (dtypes.int64, dtypes.uint64)}
+# float -> int casts: C conditions on lane `x` that hold exactly when trunc(x) fits (NaN fails both)
+_FIT = {(dtypes.float32, dtypes.int32): ("-0x1p31f", ">=", "0x1p31f"),
+        (dtypes.float32, dtypes.uint32): ("-1.0f", ">", "0x1p32f"),
+        (dtypes.float64, dtypes.int64): ("-0x1p63", ">=", "0x1p63"),
+        (dtypes.float64, dtypes.uint64): ("-1.0", ">", "0x1p64")}
+
+
+def vector_name(dtype: DType) -> str:
+    """The typedef name of a vector dtype."""
+    scalar = dtype.scalar()
+    return f"vmaskx{dtype.count}" if scalar == dtypes.bool else f"v{scalar.name}x{dtype.count}"
+
+
+def typedef(dtype: DType) -> str:
+    scalar = dtype.scalar()
+    lane = "int32_t" if scalar == dtypes.bool else SCALAR_CTYPES[scalar]
+    size = 4 if scalar == dtypes.bool else scalar.itemsize
+    return f"typedef {lane} {vector_name(dtype)} __attribute__((vector_size({size * dtype.count})));\n"
+
+
+def int_view(dtype: DType, signed: bool = True) -> DType:
+    """The integer vector dtype with the lanes of `dtype` (bool: the int32 mask itself)."""
+    scalar = dtype.scalar()
+    if scalar == dtypes.bool:
+        return dtypes.int32.vec(dtype.count)
+    return _BY_WIDTH[scalar.itemsize][0 if signed else 1].vec(dtype.count)
+
+
+class VectorC:
+    """Vector expressions for one kernel; `need(name, source)` registers typedefs and helpers."""
+
+    def __init__(self, need: Callable[[str, str], str]) -> None:
+        self.need = need
+
+    def ctype(self, dtype: DType) -> str:
+        self.need(f"typedef {vector_name(dtype)}", typedef(dtype))
+        return vector_name(dtype)
+
+    def mask_of(self, dtype: DType, expr: str) -> str:
+        """A comparison result on lanes of `dtype` as a bool vector (int32 mask)."""
+        mask = self.ctype(dtypes.bool.vec(dtype.count))
+        if dtype.scalar().itemsize == 4:
+            return f"({mask})({expr})"
+        self.ctype(int_view(dtype))
+        return f"__builtin_convertvector({expr}, {mask})"
+
+    def widen_mask(self, mask: str, dtype: DType) -> str:
+        """A bool vector as a mask of `dtype`'s lane width (for selects)."""
+        view = self.ctype(int_view(dtype))
+        return mask if dtype.scalar().itemsize == 4 or dtype.scalar() == dtypes.bool \
+            else f"__builtin_convertvector({mask}, {view})"
+
+    def select(self, mask: str, a: str, b: str, dtype: DType) -> str:
+        """Lane-wise `mask ? a : b` for values of vector dtype `dtype`."""
+        vtype, view = self.ctype(dtype), self.ctype(int_view(dtype))
+        wide = self.widen_mask(mask, dtype)
+        return f"(({vtype})(({wide} & ({view}){a}) | (~{wide} & ({view}){b})))"
+
+    def literal(self, lanes: list[str], dtype: DType) -> str:
+        if dtype.scalar() == dtypes.bool:
+            lanes = [f"-(int32_t)({lane})" for lane in lanes]
+        return f"(({self.ctype(dtype)}){{{', '.join(lanes)}}})"
+
+    def load(self, dtype: DType, pointer: str, valid: str | None) -> str:
+        vtype = self.ctype(dtype)
+        ctype = SCALAR_CTYPES[dtype.scalar()]
+        self.need(f"vload {vtype}", f"static inline {vtype} vload_{vtype}(const {ctype}* p) "
+                  f"{{ {vtype} v; memcpy(&v, p, sizeof v); return v; }}\n")
+        expr = f"vload_{vtype}({pointer})"
+        return expr if valid is None else f"({valid} ? {expr} : ({vtype}){{0}})"
+
+    def store(self, dtype: DType, pointer: str, value: str) -> str:
+        vtype = self.ctype(dtype)
+        ctype = SCALAR_CTYPES[dtype.scalar()]
+        self.need(f"vstore {vtype}", f"static inline void vstore_{vtype}({ctype}* p, {vtype} v) "
+                  f"{{ memcpy(p, &v, sizeof v); }}\n")
+        return f"vstore_{vtype}({pointer}, {value});"
+
+    def gep(self, dtype: DType, vector: str, lane: int) -> str:
+        return f"({vector}[{lane}] != 0)" if dtype.scalar() == dtypes.bool else f"{vector}[{lane}]"
+
+    def alu(self, op: object, out: DType, src: DType, a: list[str]) -> str:
+        """One vector ALU op (`src`: the operand dtype, the value dtype for WHERE)."""
+        if op is TernaryOps.WHERE:
+            return self.select(a[0], a[1], a[2], src)
+        if op is UnaryOps.CAST:
+            return self.cast(src, out, a[0])
+        if op is UnaryOps.BITCAST:
+            return f"(({self.ctype(out)}){a[0]})"
+        if op in (BinaryOps.CMPLT, BinaryOps.CMPEQ):
+            if src.scalar() == dtypes.bool and op is BinaryOps.CMPLT:
+                return f"(~{a[0]} & {a[1]})"
+            return self.mask_of(src, f"({a[0]} {'<' if op is BinaryOps.CMPLT else '=='} {a[1]})")
+        if src.scalar() == dtypes.bool:
+            return self.bool_alu(op, a)
+        if dtypes.is_float(src.scalar()):
+            return self.float_alu(op, src, a)
+        return self.int_alu(op, src, a)
+
+    def bool_alu(self, op: object, a: list[str]) -> str:
+        symbol = {BinaryOps.ADD: "|", BinaryOps.MAX: "|", BinaryOps.MUL: "&", BinaryOps.XOR: "^"}
+        if op not in symbol:
+            raise ValueError(f"C renderer: vector {op} is not defined for bool")
+        return f"({a[0]} {symbol[op]} {a[1]})"  # type: ignore[index]
+
+    def float_alu(self, op: object, dtype: DType, a: list[str]) -> str:
+        infix = {BinaryOps.ADD: "+", BinaryOps.SUB: "-", BinaryOps.MUL: "*", BinaryOps.DIV: "/"}
+        if op in infix:
+            return f"({a[0]} {infix[op]} {a[1]})"  # type: ignore[index]
+        if op is UnaryOps.NEG:
+            return f"(-{a[0]})"
+        if op is TernaryOps.MULACC:
+            return f"(({a[0]} * {a[1]}) + {a[2]})"
+        if op is BinaryOps.MAX:
+            vtype, view = self.ctype(dtype), self.ctype(int_view(dtype))
+            self.need(f"vmax {vtype}", f"static inline {vtype} vmax_{vtype}({vtype} a, {vtype} b) {{\n"
+                      f"  {view} m = (a > b) | (a != a);\n"
+                      f"  return ({vtype})((m & ({view})a) | (~m & ({view})b));\n}}\n")
+            return f"vmax_{vtype}({a[0]}, {a[1]})"
+        raise ValueError(f"C renderer: vector {op} is not defined for {dtype.name}")
+
+    def int_alu(self, op: object, dtype: DType, a: list[str]) -> str:
+        vtype, unsigned = self.ctype(dtype), self.ctype(int_view(dtype, signed=False))
+        wrapping = {BinaryOps.ADD: "+", BinaryOps.SUB: "-", BinaryOps.MUL: "*"}
+        if op in wrapping:
+            return f"(({vtype})(({unsigned}){a[0]} {wrapping[op]} ({unsigned}){a[1]}))"  # type: ignore[index]
+        if op is UnaryOps.NEG:
+            return f"(({vtype})(-({unsigned}){a[0]}))"
+        if op is TernaryOps.MULACC:
+            return f"(({vtype})(({unsigned}){a[0]} * ({unsigned}){a[1]} + ({unsigned}){a[2]}))"
+        if op in (BinaryOps.DIV, BinaryOps.MOD):  # constant divisor, never 0 or -1 (IR contract)
+            return f"({a[0]} {'/' if op is BinaryOps.DIV else '%'} {a[1]})"
+        if op is BinaryOps.XOR:
+            return f"({a[0]} ^ {a[1]})"
+        if op is BinaryOps.MAX:
+            return self.select(self.mask_of(dtype, f"({a[0]} > {a[1]})"), a[0], a[1], dtype)
+        raise ValueError(f"C renderer: vector {op} is not defined for {dtype.name}")
+
+    def cast(self, source: DType, target: DType, value: str) -> str:
+        """Lane-wise CAST with the scalar rules (float -> int: lanes that do not fit become 0)."""
+        src, dst = source.scalar(), target.scalar()
+        vtarget = self.ctype(target)
+        if dst == dtypes.bool:
+            return self.mask_of(source, f"({value} != 0)")
+        if src == dtypes.bool:
+            return f"__builtin_convertvector(-{value}, {vtarget})"
+        if src.itemsize == dst.itemsize and dtypes.is_int(src) and dtypes.is_int(dst):
+            return f"(({vtarget}){value})"
+        if dtypes.is_float(src) and dtypes.is_int(dst):
+            low, compare, high = _FIT[(src, dst)]
+            fits = self.mask_of(source, f"(({value} {compare} {low}) & ({value} < {high}))")
+            zero = f"(({self.ctype(source)}){{0}})"
+            return f"__builtin_convertvector({self.select(fits, value, zero, source)}, {vtarget})"
+        return f"__builtin_convertvector({value}, {vtarget})"

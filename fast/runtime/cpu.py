@@ -1,0 +1,69 @@
+"""The host CPU, detected at run time: SIMD width, compiler flags for it, and how many threads to use.
+
+Nothing here is assumed from the build machine: `features()` reads the flags the kernel reports for
+this CPU (`/proc/cpuinfo` on Linux; elsewhere only the architecture's baseline is assumed), and the C
+compiler flags and renderer vector width follow from them. Both are part of the compile cache key
+(the flags through `ClangCompiler.identity`, the width through the rendered source), so a cached
+library built for AVX-512 is never loaded on a machine without it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+
+from fast import config
+
+#: (cpuinfo flags that must all be present, vector register bytes, C compiler flags), best first.
+_X86_LEVELS: tuple[tuple[frozenset[str], int, tuple[str, ...]], ...] = (
+    (frozenset({"avx512f", "avx512vl", "avx512dq", "avx512bw", "avx2", "fma"}), 64,
+     ("-mavx2", "-mfma", "-mavx512f", "-mavx512vl", "-mavx512dq", "-mavx512bw")),
+    (frozenset({"avx2", "fma"}), 32, ("-mavx2", "-mfma")),
+)
+
+
+@functools.lru_cache(maxsize=1)
+def features() -> frozenset[str]:
+    """The CPU feature flags of this machine (lower-case names as /proc/cpuinfo prints them)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _level() -> tuple[int, tuple[str, ...]]:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return 16, ()  # aarch64 NEON and other 128-bit baselines
+    flags = features()
+    for required, width, cflags in _X86_LEVELS:
+        if required <= flags:
+            return width, cflags
+    return 16, ()  # SSE2 is part of x86-64
+
+
+def vector_bytes() -> int:
+    """The SIMD register width kernels are vectorized for (0 with NOOPT=1)."""
+    return 0 if config.get().noopt else _level()[0]
+
+
+def c_flags() -> tuple[str, ...]:
+    """C compiler flags that enable the detected SIMD level (never -march=native)."""
+    return () if config.get().noopt else _level()[1]
+
+
+def available_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def thread_count() -> int:
+    """Threads a large CPU kernel is split across: THREADS when set (at least 1), else every core."""
+    wanted = config.get().threads
+    return max(1, wanted) if wanted > 0 else available_cores()

@@ -1,0 +1,57 @@
+"""Launching a compiled kernel, split across CPU threads when it is large enough.
+
+A threaded kernel (`LinearProgram.threaded`) takes `core, cores` as its last two int64 parameters
+and computes only its share of the outermost GLOBAL loop. `launch` calls it once per core value on
+a process-wide thread pool (ctypes releases the GIL during the call, so the shares run in parallel)
+and waits for all of them; an exception in any share is raised in the caller. Every output element
+is computed by exactly one share with the same code, so results never depend on the thread count.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from fast import config
+from fast.runtime import cpu
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    """The shared pool, grown to at least `size` workers."""
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_SIZE < size:
+            _POOL = ThreadPoolExecutor(max_workers=size, thread_name_prefix="fast-kernel")
+            _POOL_SIZE = size
+        return _POOL
+
+
+def threads_for(work: int) -> int:
+    """How many threads a kernel with `work` estimated bytes + flops gets."""
+    if work < config.get().parallel_min_work:
+        return 1
+    return cpu.thread_count()
+
+
+def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: bool, work: int,
+           wait: bool = False) -> float | None:
+    """Run `runner` over `handles` with variable values `vals` (plus `core, cores` when threaded);
+    returns the elapsed seconds when `wait`."""
+    if not threaded:
+        return runner(*handles, vals=tuple(vals), wait=wait)  # type: ignore[no-any-return]
+    cores = threads_for(work)
+    start = time.perf_counter()
+    if cores == 1:
+        runner(*handles, vals=(*vals, 0, 1))
+    else:
+        shares = [_pool(cores).submit(runner, *handles, vals=(*vals, core, cores)) for core in range(1, cores)]
+        runner(*handles, vals=(*vals, 0, cores))
+        for share in shares:
+            share.result()
+    return time.perf_counter() - start if wait else None

@@ -1,0 +1,107 @@
+"""The benchmark suite: a quick run of every workload on CLANG writes complete, passing results, and
+the measurement's safeguards (the weak-cache probe, the correctness check) catch what they must."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fast
+from bench.runner import BenchError, check_result, probe_repeat, realized_inputs
+from bench.timing import Budget, repeat
+from bench.workloads import WORKLOADS, by_name
+
+REPO = Path(__file__).resolve().parents[2]
+ROW_FIELDS = {"workload", "device", "median_ms", "min_ms", "max_ms", "repeats", "kernels", "check"}
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m bench ARGS` from the repository root."""
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Every workload, quick sizes, CLANG only, a tiny time budget, into a private directory."""
+    out = tmp_path_factory.mktemp("bench")
+    done = run_bench("--quick", "--devices", "CLANG", "--budget", "0.02", "--max-repeats", "3",
+                     "--bandwidth-mib", "8", "--out-dir", str(out), "--out-prefix", "quick")
+    return done, out
+
+
+def load(out: Path) -> dict[str, Any]:
+    return json.loads((out / "quick.json").read_text())
+
+
+def test_quick_run_succeeds_and_writes_outputs(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    done, out = quick_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (out / "quick.md").read_text().count("| CLANG |") == len(WORKLOADS)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in done.stdout
+    else:
+        assert (out / "quick.png").stat().st_size > 0
+
+
+def test_json_has_machine_bandwidth_and_every_row(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    result = load(quick_run[1])
+    assert {"cpu_model", "cpu_flags", "cores", "numpy", "environment"} <= set(result["machine"])
+    assert "OPENBLAS_CORETYPE" in result["machine"]["environment"]
+    bandwidth = result["bandwidth"]
+    assert bandwidth["bandwidth_gbs"] == max(bandwidth["single_thread_gbs"], bandwidth["all_cores_gbs"]) > 0
+    assert result["fast"]["file"] == str(Path(fast.__file__).resolve())
+    assert [row["workload"] for row in result["results"]] == [workload.name for workload in WORKLOADS]
+    assert result["failures"] == []
+
+
+def test_rows_pass_their_checks_and_count_kernels(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    for row in load(quick_run[1])["results"]:
+        assert ROW_FIELDS <= set(row), row
+        assert row["check"]["ok"] is True, row
+        assert isinstance(row["kernels"], int) and row["kernels"] > 0, row
+        assert 0 < row["min_ms"] <= row["median_ms"] <= row["max_ms"], row
+        if row["workload"] != "graph_build":
+            assert row["numpy_ms"] > 0 and row["ratio_numpy"] > 0, row
+            assert row["compiles"] >= 0 and row["warm_compiles"] == 0, row
+            assert ("gbs" in row) != ("gflops" in row), row
+
+
+def test_unknown_workload_is_a_usage_error() -> None:
+    done = run_bench("--only", "no_such_workload")
+    assert done.returncode == 2 and "no_such_workload" in done.stderr
+
+
+def test_probe_refuses_a_rebuild_that_hits_the_live_output() -> None:
+    workload = by_name("row_sum")[0]  # one op on a realized input: the rebuilt node is the live one
+    inputs = realized_inputs([np.full((8, 8), 0.5, dtype=np.float32)], "CLANG")
+    alive = workload.build(*inputs)  # type: ignore[misc]
+    fast.realize(alive)
+    with pytest.raises(BenchError, match="already realized"):
+        probe_repeat(workload, inputs)
+    del alive
+    assert probe_repeat(workload, inputs) == 1
+
+
+def test_check_result_flags_wrong_values_and_accepts_keepdims_layouts() -> None:
+    want = np.arange(6, dtype=np.float32)
+    assert check_result(want.reshape(1, 6), want, 1e-3, 0.0)["ok"]
+    wrong = want.copy()
+    wrong[3] += 1.0
+    failed = check_result(wrong, want, 1e-3, 0.0)
+    assert not failed["ok"] and failed["bad_elements"] == 1 and failed["max_abs_err"] == 1.0
+    assert not check_result(want[:5], want, 1e-3, 0.0)["ok"]
+
+
+def test_repeat_stops_at_the_budget_and_drops_results() -> None:
+    calls: list[int] = []
+    stats = repeat(lambda: calls.append(1), Budget(seconds=0.0, min_repeats=2, max_repeats=10))
+    assert len(stats.times_s) == len(calls) == 2
+    assert len(repeat(lambda: None, Budget(seconds=10.0, max_repeats=4)).times_s) == 4

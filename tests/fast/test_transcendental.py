@@ -1,0 +1,276 @@
+"""fast/codegen/transcendental.py: EXP2, LOG2, SIN built from ALU ops, rendered to C (CLANG) and LLVM IR.
+
+Each kernel is a hand-built LinearProgram (a GLOBAL loop: load data1[i], expand, store data0[i]) that
+must pass `verify`. Checks: >= 10M float32 inputs per function (every exponent and sign with random
+mantissas, a dense grid over the interesting range, the worst SIN reduction cases and special
+values) against float64 numpy, in ulps of the float32 result (subnormal ulp 2^-149) and within 4;
+CLANG and LLVM agree bit for bit; special values exactly; every float16/bfloat16 input (computed in
+float32, then rounded); >= 10M float64 inputs for EXP2/LOG2 against numpy's float64 libm; constant
+folding of an expansion gives the kernel's bits.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fast.codegen import transcendental
+from fast.codegen.ir import BufferInfo, IndexOps, IRBuilder, IROps, LinearProgram, LoopKind, verify
+from fast.dtype import DType, dtypes
+from fast.ops import UnaryOps
+from fast.renderer.base import RendererOptions, cpu_options
+from fast.renderer.c import CRenderer
+from fast.runtime.base import HostAllocator
+from fast.runtime.clang import ClangCompiler, ClangProgram
+
+EXP2, LOG2, SIN = UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN
+F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
+NUMPY = {EXP2: np.exp2, LOG2: np.log2, SIN: np.sin}
+ALLOCATOR = HostAllocator()
+RNG = np.random.default_rng(1234)
+ERRORS: dict[str, float] = {}  # measured max ulp errors (printed with pytest -s)
+
+
+def build(op: UnaryOps, dtype: DType, options: RendererOptions | None = None, lanes: int = 1) -> LinearProgram:
+    """for i in [0, n): data0[i] = op(data1[i]) (`lanes` elements per iteration, as one vector value when
+    lanes > 1), with the expansion in IR; verified."""
+    b, i64 = IRBuilder(*((options.vector_ops, options.vector_casts) if options else ())), dtypes.int64
+    loop = b.loop(b.const(0, i64), b.define_var("n"), LoopKind.GLOBAL)
+    index = b.index(IndexOps.MUL, loop, b.const(lanes, i64))
+    b.store(0, index, transcendental.expand(b, op, b.load(1, dtype.vec(lanes), index)))
+    b.end_loop()
+    size = 1 << 26
+    program = LinearProgram(f"t_{op.name.lower()}_{dtype.name}_{lanes}", tuple(b.instrs),
+                            (BufferInfo(0, dtype, True, size), BufferInfo(1, dtype, False, size)), ("n",))
+    verify(program)
+    return program
+
+
+@functools.cache
+def kernel(op: UnaryOps, dtype: DType, backend: str = "CLANG"):
+    program = build(op, dtype)
+    if backend == "CLANG":
+        return ClangProgram(program.name, ClangCompiler().compile(CRenderer().render(program)))
+    llvm = pytest.importorskip("fast.runtime.llvm")
+    from fast.renderer.llvmir import LLVMIRRenderer
+    return llvm.LLVMProgram(program.name, llvm.LLVMCompiler().compile(LLVMIRRenderer().render(program)))
+
+
+def execute(compiled: Any, inputs: np.ndarray, lanes: int = 1) -> np.ndarray:
+    """A compiled kernel's outputs for `inputs` (storage arrays: bfloat16 as uint16 bit patterns)."""
+    inputs = np.ascontiguousarray(inputs)
+    source, target = ALLOCATOR.alloc(inputs.nbytes), ALLOCATOR.alloc(inputs.nbytes)
+    ALLOCATOR.copyin(source, memoryview(inputs).cast("B"))
+    compiled(target, source, vals=(len(inputs) // lanes,))
+    out = np.empty_like(inputs)
+    ALLOCATOR.copyout(memoryview(out).cast("B"), target)
+    return out
+
+
+def run(op: UnaryOps, dtype: DType, inputs: np.ndarray, backend: str = "CLANG") -> np.ndarray:
+    return execute(kernel(op, dtype, backend), inputs)
+
+
+def ulp_errors(got: np.ndarray, ref: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """|got - ref| in ulps of ref rounded to `dtype` (the subnormal ulp below the normal range);
+    0 where both are NaN or both the same infinity, inf for any other NaN/inf mismatch."""
+    finfo = np.finfo(dtype)
+    with np.errstate(all="ignore"):
+        rounded = ref.astype(dtype)
+        _, exponent = np.frexp(np.abs(rounded).astype(np.float64))
+        ulp = np.ldexp(1.0, np.maximum(exponent - finfo.nmant - 1, finfo.minexp - finfo.nmant))
+        err = np.abs(got.astype(np.float64) - ref) / ulp
+        special = ~np.isfinite(rounded) | ~np.isfinite(got)
+        same = (np.isnan(got) & np.isnan(ref)) | (got.astype(np.float64) == rounded.astype(np.float64))
+    err[special] = np.where(same[special], 0.0, np.inf)
+    return err  # type: ignore[no-any-return]
+
+
+def reference(op: UnaryOps, x: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return NUMPY[op](x.astype(np.float64))  # type: ignore[no-any-return]
+
+
+def float32_inputs(op: UnaryOps) -> np.ndarray:
+    """Every sign and exponent with 16384 random mantissas, a dense grid, worst cases, specials."""
+    mantissas = RNG.integers(0, 1 << 23, size=(512, 1 << 14), dtype=np.uint32)
+    bits = (np.arange(512, dtype=np.uint32)[:, None] << 23) | mantissas
+    grids = {EXP2: np.linspace(-152, 130, 2_000_000), LOG2: np.linspace(0.25, 4, 2_000_000),
+             SIN: np.linspace(-1000, 1000, 2_000_000)}
+    return np.concatenate([bits.view(np.float32).ravel(), grids[op].astype(np.float32), sin_worst_cases(),
+                           specials(np.float32)])
+
+
+def sin_worst_cases() -> np.ndarray:
+    """float32 values next to multiples of pi/2 (n up to 2^20 and a few huge ones): most cancellation."""
+    multiples = np.arange(1, 1 << 20, dtype=np.float64) * (np.pi / 2)
+    near = multiples.astype(np.float32)
+    huge = np.array([1.0082300e+37, 4.2166e38 / 4, 1.6909629e+38, -2.2540307e+21, 7.0e20], np.float32)
+    return np.concatenate([near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(np.inf)), huge])
+
+
+def specials(dtype: type) -> np.ndarray:
+    finfo = np.finfo(dtype)
+    values = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, np.inf, -np.inf, np.nan, -np.nan, finfo.max, -finfo.max,
+              finfo.tiny, -finfo.tiny, finfo.smallest_subnormal, -finfo.smallest_subnormal, finfo.eps]
+    return np.array(values, dtype)
+
+
+@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
+def test_float32_sweep(op: UnaryOps) -> None:
+    """>= 10M float32 inputs within 4 ulp of float64 numpy; LLVM gives CLANG's bits on 1M of them."""
+    x = float32_inputs(op)
+    assert len(x) >= 10_000_000
+    got = run(op, F32, x)
+    err = ulp_errors(got, reference(op, x), np.float32)
+    worst = int(np.argmax(err))
+    ERRORS[f"{op.name} float32"] = float(err[worst])
+    print(f"\n{op.name} float32: max {err[worst]:.3f} ulp at x={x[worst]!r} over {len(x)} inputs")
+    assert err[worst] <= 4.0, (x[worst], got[worst])
+    subset = np.concatenate([x[::10][:1_000_000], specials(np.float32)])
+    np.testing.assert_array_equal(run(op, F32, subset, "LLVM").view(np.uint32), run(op, F32, subset).view(np.uint32))
+
+
+SPECIAL_CASES = {
+    EXP2: [(0.0, 1.0), (-0.0, 1.0), (1.0, 2.0), (-1.0, 0.5), (10.0, 1024.0), (-149.0, 2.0**-149), (-150.0, 0.0),
+           (-126.0, 2.0**-126), (-130.0, 2.0**-130), (127.0, 2.0**127), (128.0, math.inf), (1e30, math.inf),
+           (-1e30, 0.0), (math.inf, math.inf), (-math.inf, 0.0), (math.nan, math.nan), (1e-30, 1.0)],
+    LOG2: [(1.0, 0.0), (2.0, 1.0), (0.5, -1.0), (1024.0, 10.0), (2.0**-149, -149.0), (2.0**-130, -130.0),
+           (2.0**127, 127.0), (0.0, -math.inf), (-0.0, -math.inf), (-1.0, math.nan), (-1e-40, math.nan),
+           (math.inf, math.inf), (-math.inf, math.nan), (math.nan, math.nan)],
+    SIN: [(0.0, 0.0), (-0.0, -0.0), (1e-40, 1e-40), (-1e-40, -1e-40), (2.0**-20, 2.0**-20),
+          (math.inf, math.nan), (-math.inf, math.nan), (math.nan, math.nan)],
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
+def test_special_values(op: UnaryOps, dtype: DType) -> None:
+    """Exact results (sign of zero included) for zeros, infinities, NaN, powers of two, extremes."""
+    if not transcendental.supported(op, dtype):
+        pytest.skip(f"{op.name} {dtype.name} is the libm op")
+    cases = SPECIAL_CASES[op]
+    if dtype == F64 and op is EXP2:
+        wide = {-150.0: 2.0**-150, 128.0: 2.0**128, 1023.0: 2.0**1023, 1024.0: math.inf, -1074.0: 5e-324,
+                -1075.0: 0.0, -1022.5: 2.0**-1022.5}
+        cases = [(x, want) for x, want in cases if x not in wide] + list(wide.items())
+    x, want = np.array([c[0] for c in cases], dtype.np), np.array([c[1] for c in cases], dtype.np)
+    for backend in ("CLANG", "LLVM"):
+        got = run(op, dtype, x, backend)
+        np.testing.assert_array_equal(got, want)
+        assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all(), (x, got)
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """Round to nearest even (fast.ops.float32_to_bfloat16_bits, vectorised); NaN -> quiet NaN."""
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0) | ((bits >> 16) & 0x8000).astype(np.uint16), rounded)
+
+
+@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
+def test_half_floats_exhaustive(op: UnaryOps) -> None:
+    """Every float16 and bfloat16 input: the float32 algorithm, then rounded; within 1 ulp of the type."""
+    patterns = np.arange(1 << 16, dtype=np.uint16)
+    got16 = run(op, F16, patterns.view(np.float16))
+    err16 = ulp_errors(got16, reference(op, patterns.view(np.float16)), np.float16)
+    got_bf = run(op, BF16, patterns)
+    x_bf = bf16_to_f32(patterns)
+    err_bf = ulp_errors(bf16_to_f32(got_bf), reference(op, x_bf), np.float32) / 65536.0  # bf16 ulp = 2^16 f32 ulps
+    ERRORS[f"{op.name} float16"], ERRORS[f"{op.name} bfloat16"] = float(err16.max()), float(err_bf.max())
+    assert err16.max() <= 1.0 and err_bf.max() <= 1.0, (err16.max(), err_bf.max())
+    for backend in ("LLVM",):
+        np.testing.assert_array_equal(run(op, F16, patterns.view(np.float16), backend).view(np.uint16),
+                                      got16.view(np.uint16))
+        np.testing.assert_array_equal(run(op, BF16, patterns, backend), got_bf)
+    expected_bf = f32_to_bf16(run(op, F32, x_bf))  # exactly: the float32 result, rounded once
+    np.testing.assert_array_equal(got_bf, expected_bf)
+
+
+def float64_inputs(op: UnaryOps) -> np.ndarray:
+    """Every sign and exponent with random mantissas, a dense uniform range, specials (>= 10M)."""
+    mantissas = RNG.integers(0, 1 << 52, size=(4096, 2048), dtype=np.uint64)
+    bits = (np.arange(4096, dtype=np.uint64)[:, None] << np.uint64(52)) | mantissas
+    dense = {EXP2: RNG.uniform(-1080, 1030, 2_000_000), LOG2: RNG.uniform(0.25, 4, 2_000_000),
+             SIN: RNG.uniform(-1e6, 1e6, 2_000_000)}
+    return np.concatenate([bits.view(np.float64).ravel(), dense[op], specials(np.float64)])
+
+
+@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
+def test_float64_sweep(op: UnaryOps) -> None:
+    """>= 10M float64 inputs within 4 ulp of numpy's float64 functions (for the pairs in IR)."""
+    if not transcendental.supported(op, F64):
+        pytest.skip(f"{op.name} float64 is the libm op")
+    x = float64_inputs(op)
+    assert len(x) >= 10_000_000
+    got = run(op, F64, x)
+    err = ulp_errors(got, reference(op, x), np.float64)
+    worst = int(np.argmax(err))
+    ERRORS[f"{op.name} float64"] = float(err[worst])
+    print(f"\n{op.name} float64: max {err[worst]:.3f} ulp at x={x[worst]!r} over {len(x)} inputs")
+    assert err[worst] <= 4.0, (x[worst], got[worst])
+    subset = x[::20]
+    np.testing.assert_array_equal(run(op, F64, subset, "LLVM").view(np.uint64), run(op, F64, subset).view(np.uint64))
+
+
+def test_supported_and_fallback() -> None:
+    """supported() names the IR pairs; other pairs get the plain ALU op."""
+    for op in (EXP2, LOG2, SIN):
+        for dtype in (F16, BF16, F32):
+            assert transcendental.supported(op, dtype) and transcendental.supported(op, dtype.vec(4))
+    assert transcendental.supported(EXP2, F64) and transcendental.supported(LOG2, F64)
+    assert not transcendental.supported(UnaryOps.SQRT, F32) and not transcendental.supported(EXP2, dtypes.int32)
+    for op in (SIN, UnaryOps.SQRT):
+        if not transcendental.supported(op, F64):
+            b = IRBuilder()
+            x = b.load(0, F64, b.const(0, dtypes.int64))
+            ref = transcendental.expand(b, op, x)
+            assert b.instrs[ref].op is IROps.ALU and b.instrs[ref].arg is op and b.instrs[ref].srcs == (x,)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
+def test_constant_folding_matches_kernel(op: UnaryOps, dtype: DType) -> None:
+    """An expansion of a CONST folds (fast.ops.exec_alu) to exactly the kernel's result."""
+    if not transcendental.supported(op, dtype):
+        pytest.skip("libm op")
+    values = np.array([0.3, 2.75, 100.5, 1e-3, 7.0e20, 1e-40 if dtype == F32 else 1e-310, 0.0, math.inf], dtype.np)
+    if op is not LOG2:
+        values = -values
+    got = run(op, dtype, values)
+    for value, want in zip(values, got, strict=True):
+        b = IRBuilder()
+        folded = b.const_value(transcendental.expand(b, op, b.const(float(value), dtype)))
+        assert folded is not None, "expansion of a constant did not fold"
+        same = np.array(folded, dtype.np).tobytes() == np.array(want).tobytes()
+        assert same or (math.isnan(folded) and np.isnan(want)), (value, folded, want)
+
+
+@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
+def test_vector_lanes_match_scalar(op: UnaryOps) -> None:
+    """On float32.vec(8) values (vector ALU ops only, nothing split into lanes) every lane has the
+    scalar kernel's bits, in C and in LLVM IR."""
+    from fast.renderer.llvmir import LLVMIRRenderer
+    from fast.runtime.llvm import LLVMCompiler, LLVMProgram
+    options, lanes = cpu_options(32, threads=False), 8
+    program = build(op, F32, options, lanes)
+    assert all(instr.dtype.count == lanes for instr in program.instrs if instr.op is IROps.ALU)  # type: ignore
+    x = np.ascontiguousarray(float32_inputs(op)[::16][: 1 << 18])
+    want = run(op, F32, x).view(np.uint32)
+    for compiled in (ClangProgram(program.name, ClangCompiler().compile(CRenderer(options).render(program))),
+                     LLVMProgram(program.name, LLVMCompiler().compile(LLVMIRRenderer(options).render(program)))):
+        np.testing.assert_array_equal(execute(compiled, x, lanes).view(np.uint32), want)
+
+
+def test_instruction_counts() -> None:
+    """The scalar float32 expansions stay small (instructions including CONSTs and the loop scaffold)."""
+    counts = {op: len(build(op, F32).instrs) for op in (EXP2, LOG2, SIN)}
+    print("\ninstructions (float32 kernel):", {op.name: n for op, n in counts.items()}, "errors:", ERRORS)
+    assert counts[EXP2] < 80 and counts[LOG2] < 120 and counts[SIN] < 300

@@ -1,0 +1,173 @@
+"""SIMD lowering and threaded kernels stay correct on awkward sizes and views, and are deterministic.
+
+Every case runs on CLANG and LLVM with optimizations on (vectors, register tiles, split accumulators,
+thread shares), against numpy: integer results exactly, float sums within the reduction tolerance.
+`parallel_min_work=0` threads even tiny kernels, so thread shares of awkward lengths are exercised.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import fast
+from fast import BinaryOps, LazyBuffer, ReduceOps, TernaryOps, UnaryOps, config
+from fast.codegen import lower
+from fast.codegen.ir import IROps
+from fast.engine.schedule import lazy_buffers, plan_schedule
+from fast.ops import KernelOps
+from fast.runtime import cpu
+
+DEVICES = ["CLANG", "LLVM"]
+SIZES = [1, 2, 7, 16, 17, 31, 64, 97, 256, 1000]
+RNG = np.random.default_rng(11)
+
+Movement = Callable[[LazyBuffer], LazyBuffer]
+VIEWS: dict[str, tuple[Movement, Callable[[np.ndarray], np.ndarray]]] = {
+    "plain": (lambda x: x, lambda x: x),
+    "flip": (lambda x: x.stride((-1, 1)), lambda x: x[::-1, :]),
+    "flip_cols": (lambda x: x.stride((1, -1)), lambda x: x[:, ::-1]),
+    "every_second": (lambda x: x.stride((1, 2)), lambda x: x[:, ::2]),
+    "transpose": (lambda x: x.permute((1, 0)), lambda x: x.T),
+    "shrink": (lambda x: x.shrink(((1, x.shape[0]), (0, x.shape[1]))), lambda x: x[1:]),
+    "pad": (lambda x: x.pad(((1, 2), (3, 0))), lambda x: np.pad(x, ((1, 2), (3, 0)))),
+}
+
+
+def _inputs(rows: int, cols: int, dtype: np.dtype) -> np.ndarray:
+    if np.issubdtype(dtype, np.integer):
+        return RNG.integers(-1000, 1000, (rows, cols)).astype(dtype)
+    return RNG.uniform(-2, 2, (rows, cols)).astype(dtype)
+
+
+def _check(got: np.ndarray, want: np.ndarray, reduced: int = 1) -> None:
+    if np.issubdtype(got.dtype, np.integer):
+        np.testing.assert_array_equal(got, want)
+    else:
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.finfo(got.dtype).eps * (reduced + 2) * scale)
+
+
+@pytest.fixture(autouse=True)
+def _thread_everything():
+    with config.override(parallel_min_work=0):
+        yield
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float64])
+def test_elementwise_and_row_reduce_awkward_sizes(device, size, dtype):
+    a, b = _inputs(3, size, dtype), _inputs(3, size, dtype)
+    x, y = fast.from_numpy(a, device), fast.from_numpy(b, device)
+    both = x.e(BinaryOps.MUL, y).e(BinaryOps.ADD, x).e(BinaryOps.MAX, y)
+    _check(fast.to_numpy(both), np.maximum(a * b + a, b))
+    _check(fast.to_numpy(both.r(ReduceOps.SUM, (1,))), np.maximum(a * b + a, b).sum(1, keepdims=True), size)
+    _check(fast.to_numpy(x.r(ReduceOps.MAX, (1,))), a.max(1, keepdims=True))
+    _check(fast.to_numpy(x.r(ReduceOps.SUM, (0,))), a.sum(0, keepdims=True), 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("shape", [(5, 64), (33, 48), (64, 17)])
+def test_views_through_vector_kernels(device, view, shape):
+    move, np_move = VIEWS[view]
+    a = _inputs(*shape, np.float32)
+    x = move(fast.from_numpy(a, device))
+    want = np_move(a)
+    _check(fast.to_numpy(x.e(BinaryOps.MUL, x.const(3.0))), want * np.float32(3))
+    _check(fast.to_numpy(x.r(ReduceOps.SUM, (1,))), want.sum(1, keepdims=True), want.shape[1])
+    _check(fast.to_numpy(x.r(ReduceOps.SUM, (0,))), want.sum(0, keepdims=True), want.shape[0])
+    _check(fast.to_numpy(x.r(ReduceOps.MAX, (0, 1))), want.max(keepdims=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n,k,m", [(1, 1, 1), (3, 5, 7), (16, 16, 16), (17, 33, 48), (64, 31, 64), (8, 128, 96)])
+def test_matmul_register_tiles(device, n, k, m):
+    a, b = _inputs(n, k, np.float32), _inputs(k, m, np.float32)
+    x, y = fast.from_numpy(a, device), fast.from_numpy(b, device)
+    product = x.reshape((n, 1, k)).expand((n, m, k)).e(
+        BinaryOps.MUL, y.permute((1, 0)).reshape((1, m, k)).expand((n, m, k))).r(ReduceOps.SUM, (2,))
+    _check(fast.to_numpy(product).reshape(n, m), a @ b, k)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_special_values_in_vector_lanes(device):
+    values = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 1.5, -3.0, 3.4e38, -3.4e38, 1e-45, 2.0, np.nan,
+                       7.0, -7.0, 0.5, 100.0] * 4, np.float32)
+    other = np.roll(values, 5)
+    x, y = fast.from_numpy(values, device), fast.from_numpy(other, device)
+    with np.errstate(all="ignore"):
+        got_max = fast.to_numpy(x.e(BinaryOps.MAX, y))
+        want_max = np.where(np.isnan(values) | np.isnan(other), np.nan, np.maximum(values, other))
+        np.testing.assert_array_equal(got_max, want_max)
+        np.testing.assert_array_equal(fast.to_numpy(x.e(BinaryOps.CMPLT, y)), values < other)
+        np.testing.assert_array_equal(fast.to_numpy(x.e(BinaryOps.CMPLT, y).e(TernaryOps.WHERE, x, y)),
+                                      np.where(values < other, values, other))
+        np.testing.assert_array_equal(fast.to_numpy(x.e(BinaryOps.DIV, y)), values / other)
+        got_cast = fast.to_numpy(x.cast(fast.dtypes.int32))
+        fits = np.isfinite(values) & (np.abs(values) < 2**31)
+        np.testing.assert_array_equal(got_cast[fits], np.trunc(values[fits]).astype(np.int32))
+    assert fast.to_numpy(x.r(ReduceOps.MAX, (0,)))[0] != fast.to_numpy(x.r(ReduceOps.MAX, (0,)))[0]  # NaN
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_wrap_and_division_on_vectors(device):
+    a = np.array([2**31 - 1, -2**31, 7, -7, 0, 1, -1, 123456789] * 8, np.int32)
+    x = fast.from_numpy(a, device)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(fast.to_numpy(x.e(BinaryOps.ADD, x)), a + a)
+        np.testing.assert_array_equal(fast.to_numpy(x.e(BinaryOps.MUL, x.const(3))), a * np.int32(3))
+        np.testing.assert_array_equal(fast.to_numpy(x.e(UnaryOps.NEG)), -a)
+    quotient = fast.to_numpy(x.e(BinaryOps.DIV, x.const(4)))
+    np.testing.assert_array_equal(quotient, np.trunc(a / 4).astype(np.int32))
+    np.testing.assert_array_equal(fast.to_numpy(x.e(BinaryOps.MOD, x.const(5))), np.fmod(a, 5))
+    np.testing.assert_array_equal(fast.to_numpy(x.r(ReduceOps.SUM, (0,))), [a.sum(dtype=np.int32)])
+
+
+def _kernel_programs(out: LazyBuffer, device: str):
+    options = fast.Device[device].renderer.options
+    steps = plan_schedule(lazy_buffers((out,)))
+    return [lower(step.item.ast, options) for step in steps if step.item.ast.op is KernelOps.SINK]
+
+
+@pytest.mark.skipif(cpu.vector_bytes() == 0, reason="this host has no SIMD registers")
+@pytest.mark.parametrize("device", DEVICES)
+def test_contiguous_kernels_use_vector_loads(device):
+    x = fast.from_numpy(_inputs(64, 256, np.float32), device)
+    for out in (x.e(BinaryOps.MUL, x), x.r(ReduceOps.SUM, (1,)), x.r(ReduceOps.SUM, (0,))):
+        (program,) = _kernel_programs(out, device)
+        assert any(i.op is IROps.LOAD and i.dtype.count > 1 for i in program.instrs), program.name
+    with config.override(noopt=True):
+        (program,) = _kernel_programs(x.e(BinaryOps.MUL, x.const(2.0)), device)
+        assert all(i.dtype is None or i.dtype.count == 1 for i in program.instrs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(1, 4099), (13, 4096), (257, 3), (4096, 1)])
+def test_bit_identical_whatever_the_thread_count(device, shape):
+    a = RNG.standard_normal(shape).astype(np.float32)
+    results = []
+    for threads in (1, 2, 3, 7):
+        with config.override(threads=threads):
+            x = fast.from_numpy(a, device)
+            row = x.e(BinaryOps.MUL, x).r(ReduceOps.SUM, (1,))
+            col = x.e(UnaryOps.EXP2).r(ReduceOps.SUM, (0,))
+            total = x.r(ReduceOps.SUM, (0, 1))
+            results.append([fast.to_numpy(out).tobytes() for out in (row, col, total)])
+    assert all(result == results[0] for result in results[1:])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_threaded_kernel_matches_single_thread(device):
+    a = RNG.standard_normal((512, 1024)).astype(np.float32)
+    outputs = []
+    for threads in (1, 2):
+        with config.override(threads=threads, parallel_min_work=1 << 18):
+            x = fast.from_numpy(a, device)
+            (program,) = _kernel_programs(x.r(ReduceOps.SUM, (1,)), device)
+            assert program.threaded
+            outputs.append(fast.to_numpy(x.r(ReduceOps.SUM, (1,))))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    _check(outputs[0], a.sum(1, keepdims=True), 1024)
