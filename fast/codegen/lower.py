@@ -216,6 +216,8 @@ class _Lowering:
         self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
         self.builder = IRBuilder(options.vector_ops, options.vector_casts)
         self.var_refs: dict[Variable, int] = {}
+        self.offsets: dict[int, Node] = {}  # axis -> start of the current chunk (plan.chunk)
+        self.chunk_counter: Variable | None = None
         self.threaded = False
         names = {v.expr for v in info.variables}
         if any(name.endswith("~") for name in names):
@@ -267,6 +269,10 @@ class _Lowering:
     def _valid_ref(self, valid: Node) -> int | None:
         return None if valid.min > 0 or valid.max < 0 else self._render_bool(valid)
 
+    def _both(self, condition: int, valid: Node) -> int:
+        rendered = self._valid_ref(valid)
+        return condition if rendered is None else self.builder.index(IndexOps.AND, condition, rendered)
+
     # -- loops
     def _loop_bounds(self, count: Node, kind: LoopKind) -> tuple[int, int]:
         """[start, end) of a loop over `count` iterations; the first GLOBAL loop of a threaded kernel
@@ -285,13 +291,13 @@ class _Lowering:
         """Open the loops of `axes`; return the body copies, each a group of lanes (axis -> index)."""
         groups: list[Group] = [[{}]]
         for axis in axes:
-            base: Node = NumNode(0)
+            base: Node = self.offsets.get(axis.axis, NumNode(0))
             if axis.has_loop:
                 count = as_node(axis.size) // axis.step
                 prefix = "gidx" if kind is LoopKind.GLOBAL else "ridx"
                 counter = Variable(f"{prefix}{axis.axis}~", 0, max(count.max - 1, 0))
                 self.var_refs[counter] = self.builder.loop(*self._loop_bounds(count, kind), kind)
-                base = counter * axis.step
+                base = base + counter * axis.step
             groups = [[{**env, axis.axis: base + copy * axis.vector + lane} for env in group
                        for lane in range(axis.vector)] for group in groups for copy in range(axis.unroll)]
         return groups
@@ -317,9 +323,15 @@ class _Lowering:
             return "vector", places
         return "lanes", places
 
-    def _load(self, node: LazyOp, group: Group) -> int:
+    def _load(self, node: LazyOp, group: Group, also: int | None = None) -> int:
+        """A LOAD or CONST leaf for a group of lanes; `also`: a bool value that must hold as well."""
         b, dtype = self.builder, node.arg.dtype
         kind, places = self._access(node.arg.st, group, dtype)
+        if also is not None:
+            return b.vectorize([b.load(node.arg.idx, dtype, self._render_int(index), self._both(also, valid))
+                                for index, valid in (places[:1] if kind == "uniform" else places)]) \
+                if kind != "vector" else b.load(node.arg.idx, dtype.vec(len(group)), self._render_int(places[0][0]),
+                                               self._both(also, places[0][1]))
         if node.op is BufferOps.CONST:
             value, zero = b.const(normalize_const(node.arg.val, dtype), dtype), b.const(0, dtype)
             lanes = places[:1] if kind == "uniform" else places
@@ -401,9 +413,29 @@ class _Lowering:
             results.append(b.alu(UnaryOps.CAST, (total,), element.vec(b.dtype(total).count)))
         return results
 
+    def _open_chunks(self) -> None:
+        """plan.chunk: a loop over the chunks of one reduce axis, outside the output loops."""
+        if self.plan.chunk is None:
+            return
+        axis, count = self.plan.chunk
+        b = self.builder
+        self.chunk_counter = Variable(f"chunk{axis}~", 0, count - 1)
+        self.var_refs[self.chunk_counter] = b.loop(b.const(0, INT64), b.const(count, INT64), LoopKind.REDUCE)
+        self.offsets[axis] = self.chunk_counter * self.plan.reduce_axes[0].size
+
+    def _add_previous_chunks(self, store: LazyOp, group: Group, value: int) -> int:
+        """value combined with what the earlier chunks left in the output (nothing for the first)."""
+        b, reduce = self.builder, self.info.reduce
+        later = b.index(IndexOps.CMPLT, b.const(0, INT64), self.var_refs[self.chunk_counter])  # type: ignore
+        partial = self._load(LazyOp(BufferOps.LOAD, (), store.arg), group, later)
+        if reduce.op is ReduceOps.MAX:  # type: ignore[union-attr]
+            partial = b.alu(TernaryOps.WHERE, (later, partial, b.const(dtypes.min(store.arg.dtype), store.arg.dtype)))
+        return b.alu(BinaryOps.ADD if reduce.op is ReduceOps.SUM else BinaryOps.MAX, (partial, value))  # type: ignore
+
     def run(self) -> None:
         for variable in self.info.variables:
             self.var_refs[variable] = self.builder.define_var(variable.expr)
+        self._open_chunks()
         output_groups = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
         reduced = self._lower_reduce(self.info.reduce, output_groups) if self.info.reduce is not None else []
         for copy, group in enumerate(output_groups):
@@ -411,8 +443,21 @@ class _Lowering:
             memo: dict[int, int] = {}
             for store in self.info.stores:
                 value = self._lower_node(store.src[0], group, reduce_values, memo)
+                if self.plan.chunk is not None:
+                    value = self._add_previous_chunks(store, group, value)
                 self._store(store, group, value)
         self._close_loops(self.plan.output_axes)
+        if self.plan.chunk is not None:
+            self.builder.end_loop()
+
+
+def _stores_reduce_itself(info: KernelInfo) -> bool:
+    """One STORE whose value is the reduce itself, in the reduce's own dtype (not a half float, which
+    accumulates in float32): partial sums may then be kept in the output between chunks."""
+    if info.reduce is None or len(info.stores) != 1 or id(info.stores[0].src[0]) not in info.reduce_ids:
+        return False
+    dtype = info.stores[0].arg.dtype
+    return dtype not in HALVES and dtype == node_dtype(info.reduce.src[0]) and dtype.count == 1
 
 
 def _kernel_lanes(info: KernelInfo, options: RendererOptions) -> int:
@@ -426,7 +471,7 @@ def lower(ast: LazyOp, options: RendererOptions) -> LinearProgram:
     info = analyze(ast)
     loads = [node.arg.st.real_strides() for node in ast.walk() if node.op is BufferOps.LOAD]
     plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options,
-                       loads, _kernel_lanes(info, options))
+                       loads, _kernel_lanes(info, options), _stores_reduce_itself(info))
     flops, mem_bytes = _estimates(info)
     parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
     lowering = _Lowering(info, plan, options, parallel)

@@ -21,7 +21,12 @@ Heuristics (lanes = the renderer's vector width for the kernel's widest element,
   vectorize that reduce axis (`lanes` x up to 4 accumulators);
 - otherwise: vectorize the innermost output axis when the STORE walks it contiguously and its size is
   a multiple of the lanes (halving the lanes down to 4 to find a divisor), with up to 4 copies
-  (elementwise) or 2 copies plus 4 copies of the next output axis (reductions: a register tile);
+  (elementwise); in reductions, 2 copies plus 4 rows of the output axis whose rows reuse the most
+  vector loads (a register tile: matmul's rows of A, a convolution's output channels), or up to 8
+  copies when there is no such axis (a column sum: 8 vectors of columns per walk down the rows);
+- a vectorized-output reduction that stores the reduce itself walks its outermost reduce axis in
+  chunks of 32 rows outside the output loops, adding each chunk into the output (memory-friendly
+  column sums; per output the order is chunk by chunk, each chunk in row order);
 - without vectors: upcast the innermost output axis by `options.max_upcast` scalar copies;
 - a small innermost reduce axis (<= `options.max_unroll`) is fully unrolled.
 """
@@ -61,6 +66,7 @@ class KernelPlan:
 
     output_axes: tuple[AxisPlan, ...]
     reduce_axes: tuple[AxisPlan, ...]
+    chunk: tuple[int, int] | None = None  # (reduce axis, chunks): that axis is walked chunk by chunk
 
     @property
     def bodies(self) -> int:
@@ -131,8 +137,27 @@ def _vector_reduce(plan: KernelPlan, load_strides: Sequence[Sequence[sint | None
     return replace(plan, reduce_axes=(*plan.reduce_axes[:-1], replace(axis, unroll=copies, vector=lanes)))
 
 
-def _vector_output(plan: KernelPlan, store_strides: Sequence[sint | None], lanes: int) -> KernelPlan | None:
-    """Vectorize the innermost output axis when the STORE walks it contiguously; block a second axis."""
+def _reuse(axis: int, vector_axis: int, load_strides: Sequence[Sequence[sint | None]]) -> int:
+    """How many loads that move along the vector axis stay fixed along `axis` (reused by its copies)."""
+    return sum(1 for strides in load_strides if strides[axis] == 0 and strides[vector_axis] != 0)
+
+
+def _block_axis(plan: KernelPlan, candidates: list[int], vector_axis: int,
+                load_strides: Sequence[Sequence[sint | None]]) -> int | None:
+    """The output axis to unroll into rows of a register tile: the one whose copies reuse the most
+    vector loads (matmul: the rows of A; convolution: the output channels), innermost on ties."""
+    axes = plan.output_axes
+    options = [i for i in candidates if axes[i].axis != vector_axis and _divides(axes[i].size, 2)
+               and _reuse(axes[i].axis, vector_axis, load_strides) > 0]
+    if not options:
+        return None
+    return max(reversed(options), key=lambda i: _reuse(axes[i].axis, vector_axis, load_strides))
+
+
+def _vector_output(plan: KernelPlan, store_strides: Sequence[sint | None], lanes: int,
+                   load_strides: Sequence[Sequence[sint | None]]) -> KernelPlan | None:
+    """Vectorize the innermost output axis when the STORE walks it contiguously. In a reduction,
+    unroll it (copies) and a second output axis (rows) into a register tile of accumulators."""
     candidates = [i for i, axis in enumerate(plan.output_axes) if axis.size != 1]
     if not candidates or store_strides[plan.output_axes[candidates[-1]].axis] != 1:
         return None
@@ -141,31 +166,53 @@ def _vector_output(plan: KernelPlan, store_strides: Sequence[sint | None], lanes
     width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and _divides(axis.size, w)), 0)
     if not width:
         return None
-    copies = next(c for c in ((2, 1) if plan.reduce_axes else (4, 2, 1)) if _divides(axis.size, width * c))
     outputs = list(plan.output_axes)
+    block = _block_axis(plan, candidates, axis.axis, load_strides) if plan.reduce_axes else None
+    tile = (2, 1) if block is not None else (8, 4, 2, 1) if plan.reduce_axes else (4, 2, 1)
+    copies = next(c for c in tile if _divides(axis.size, width * c))
+    if block is not None:  # about 8 accumulators: 4 rows x 2 vectors, or 8 rows x 1
+        rows = next(r for r in ((8, 4, 2) if copies == 1 else (4, 2)) if _divides(outputs[block].size, r))
+        outputs[block] = replace(outputs[block], unroll=rows)
     outputs[position] = replace(axis, unroll=copies, vector=width)
-    if plan.reduce_axes and len(candidates) > 1:
-        other = outputs[candidates[-2]]
-        rows = next((r for r in (4, 2) if _divides(other.size, r)), 1)
-        outputs[candidates[-2]] = replace(other, unroll=rows)
     return replace(plan, output_axes=tuple(outputs))
 
 
 def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_strides: Sequence[sint | None],
                 options: RendererOptions, load_strides: Sequence[Sequence[sint | None]] = (),
-                lanes: int = 1) -> KernelPlan:
+                lanes: int = 1, chunkable: bool = False) -> KernelPlan:
     """The plan lowering follows. `output_strides` are the first STORE's real strides per axis,
-    `load_strides` every LOAD's, `lanes` the vector lanes the kernel's dtypes allow (1: scalar)."""
+    `load_strides` every LOAD's, `lanes` the vector lanes the kernel's dtypes allow (1: scalar);
+    `chunkable`: the kernel stores the reduce itself, so partial results may accumulate in its output."""
     plan = natural_plan(full_shape, reduce_axes)
     if config.get().noopt:
         return plan
     plan = _reorder_outputs(plan, output_strides)
     vectorized = None
     if lanes > 1:
-        vectorized = _vector_reduce(plan, load_strides, lanes) or _vector_output(plan, output_strides, lanes)
+        vectorized = _vector_reduce(plan, load_strides, lanes) \
+            or _vector_output(plan, output_strides, lanes, load_strides)
     if vectorized is None:
         plan = _upcast_innermost_output(plan, options.max_upcast)
         return _unroll_innermost_reduce(plan, options.max_unroll, options.max_unrolled_bodies)
     if vectorized.reduce_vector:
         return vectorized
+    if chunkable:
+        vectorized = _chunk_strided_reduce(vectorized)
     return _unroll_innermost_reduce(vectorized, options.max_unroll, options.max_unrolled_bodies)
+
+
+CHUNK_ROWS = 32
+
+
+def _chunk_strided_reduce(plan: KernelPlan) -> KernelPlan:
+    """Walk the outermost reduce axis in chunks of `CHUNK_ROWS` (outside the output loops), adding
+    each chunk's sums into the output: every pass touches only the few rows of one chunk for all
+    outputs, instead of walking the whole strided axis once per output tile (a column sum otherwise
+    touches a new page on every step)."""
+    if not plan.reduce_axes or not any(axis.vector > 1 for axis in plan.output_axes):
+        return plan
+    axis = plan.reduce_axes[0]
+    if not isinstance(axis.size, int) or axis.size % CHUNK_ROWS or axis.size < 4 * CHUNK_ROWS:
+        return plan
+    chunked = replace(axis, size=CHUNK_ROWS, unroll=1, vector=1)
+    return replace(plan, reduce_axes=(chunked, *plan.reduce_axes[1:]), chunk=(axis.axis, axis.size // CHUNK_ROWS))

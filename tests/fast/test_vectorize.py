@@ -171,3 +171,26 @@ def test_large_threaded_kernel_matches_single_thread(device):
             outputs.append(fast.to_numpy(x.r(ReduceOps.SUM, (1,))))
     np.testing.assert_array_equal(outputs[0], outputs[1])
     _check(outputs[0], a.sum(1, keepdims=True), 1024)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,cols", [(128, 16), (160, 48), (1024, 64), (96, 32), (4096, 32)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_chunked_column_reductions(device, rows, cols, dtype):
+    """Column sums and maxes walk the rows in chunks, accumulating in the output between chunks."""
+    a = _inputs(rows, cols, dtype)
+    if dtype == np.float32:
+        a[rows // 2, 3] = np.nan
+    x = fast.from_numpy(a, device)
+    got_max = fast.to_numpy(x.r(ReduceOps.MAX, (0,)))
+    want_max = a.max(0, keepdims=True)
+    np.testing.assert_array_equal(got_max, want_max)
+    sums = fast.to_numpy(x.r(ReduceOps.SUM, (0,)))
+    scaled = fast.to_numpy(x.r(ReduceOps.SUM, (0,)).e(BinaryOps.MUL, x.const(2).r(ReduceOps.MAX, (0,))))
+    finite = ~np.isnan(sums)
+    _check(scaled[finite], (sums * dtype(2))[finite], rows)  # post-reduce work: no accumulation in the output
+    want = a.sum(0, keepdims=True, dtype=dtype)
+    if dtype == np.float32:
+        assert np.isnan(sums[0, 3])
+        sums[0, 3] = want[0, 3] = 0.0
+    _check(sums, want, rows)
