@@ -112,18 +112,19 @@ class LazyOp:
 
     def walk(self) -> list[LazyOp]:
         """Every node once, sources before users (topological order)."""
-        seen: dict[int, LazyOp] = {}
+        seen: set[int] = set()
         order: list[LazyOp] = []
-
-        def visit(node: LazyOp) -> None:
+        stack: list[tuple[LazyOp, bool]] = [(self, False)]
+        while stack:  # iterative depth-first post-order: any depth, same order as the recursive walk
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
             if id(node) in seen:
-                return
-            seen[id(node)] = node
-            for child in node.src:
-                visit(child)
-            order.append(node)
-
-        visit(self)
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(node.src) if id(child) not in seen)
         return order
 
 

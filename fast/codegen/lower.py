@@ -355,18 +355,21 @@ class _Lowering:
 
     # -- the AST
     def _lower_node(self, node: LazyOp, group: Group, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
-        if id(node) in memo:
-            return memo[id(node)]
-        if node.op in (BufferOps.LOAD, BufferOps.CONST):
-            ref = self._load(node, group)
-        elif isinstance(node.op, ReduceOps):
-            ref = reduce_values[id(node)]
-        else:
-            srcs = tuple(self._lower_node(src, group, reduce_values, memo) for src in node.src)
-            to_dtype = node.arg if node.op in (UnaryOps.CAST, UnaryOps.BITCAST) else None
-            ref = self._alu(node.op, srcs, to_dtype)
-        memo[id(node)] = ref
-        return ref
+        """The value of `node` for a group of lanes; reduce nodes are taken from `reduce_values`.
+        Iterative (sources before users, in source order), so graphs of any depth lower."""
+        for current in _post_order(node):
+            if id(current) in memo:
+                continue
+            if current.op in (BufferOps.LOAD, BufferOps.CONST):
+                ref = self._load(current, group)
+            elif isinstance(current.op, ReduceOps):
+                ref = reduce_values[id(current)]
+            else:
+                srcs = tuple(memo[id(src)] for src in current.src)
+                to_dtype = current.arg if current.op in (UnaryOps.CAST, UnaryOps.BITCAST) else None
+                ref = self._alu(current.op, srcs, to_dtype)
+            memo[id(current)] = ref
+        return memo[id(node)]
 
     def _alu(self, op: Any, srcs: tuple[int, ...], to_dtype: DType | None) -> int:
         if op in (UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN) and \
@@ -449,6 +452,23 @@ class _Lowering:
         self._close_loops(self.plan.output_axes)
         if self.plan.chunk is not None:
             self.builder.end_loop()
+
+
+def _post_order(root: LazyOp) -> list[LazyOp]:
+    """The nodes of `root`'s tree, sources before users, not descending below reduce nodes."""
+    seen: set[int] = set()
+    order: list[LazyOp] = []
+    stack: list[tuple[LazyOp, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+        elif id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            if not isinstance(node.op, ReduceOps):
+                stack.extend((src, False) for src in reversed(node.src) if id(src) not in seen)
+    return order
 
 
 def _stores_reduce_itself(info: KernelInfo) -> bool:

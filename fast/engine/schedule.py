@@ -94,15 +94,33 @@ class KernelBuilder:
         return LazyOp(KernelOps.SINK, (store,))
 
     def value(self, lb: LazyBuffer, st: ShapeTracker) -> LazyOp:
-        """The op reading `lb` at the kernel position mapped by `st` (whose input shape is lb's)."""
-        base = lb.base
-        if base is not lb:
-            st = lb.st + st
-        key = (id(base), st)
-        if key not in self.memo:
+        """The op reading `lb` at the kernel position mapped by `st` (whose input shape is lb's).
+
+        Iterative (an explicit stack, children first, in source order), so graphs of any depth build
+        without recursion; loads are met in the same depth-first order as a recursive walk."""
+        root = self._place(lb, st)
+        stack: list[tuple[LazyBuffer, ShapeTracker, bool]] = [(*root, False)]
+        while stack:
+            base, view, expanded = stack.pop()
+            key = (id(base), view)
+            if key in self.memo:
+                continue
             buffer = self.boundary(base)
-            self.memo[key] = self.compute(base, st) if buffer is None else self.load(base, buffer, st)
-        return self.memo[key]
+            if buffer is not None:
+                self.memo[key] = self.load(base, buffer, view)
+                continue
+            children = self._children(base, view)
+            if expanded:
+                self.memo[key] = self._make(base, view, [self.memo[(id(b), v)] for b, v in children])
+                continue
+            stack.append((base, view, True))
+            stack.extend((b, v, False) for b, v in reversed(children))
+        return self.memo[(id(root[0]), root[1])]
+
+    @staticmethod
+    def _place(lb: LazyBuffer, st: ShapeTracker) -> tuple[LazyBuffer, ShapeTracker]:
+        """(base, view of the base) for reading `lb` through `st`."""
+        return (lb.base, lb.st + st) if lb.base is not lb else (lb, st)
 
     def load(self, base: LazyBuffer, buffer: Buffer, st: ShapeTracker) -> LazyOp:
         self.read_bases.append(base)
@@ -116,20 +134,35 @@ class KernelBuilder:
 
     def compute(self, base: LazyBuffer, st: ShapeTracker) -> LazyOp:
         """The op computing `base` itself inside this kernel."""
+        return self._make(base, st, [self.value(b, v) for b, v in self._children(base, st)])
+
+    def _children(self, base: LazyBuffer, st: ShapeTracker) -> list[tuple[LazyBuffer, ShapeTracker]]:
+        """What computing `base` at `st` reads: (base, view) of each source, in order."""
         op = base.op
         if op is LoadOps.CONST:
-            return LazyOp(BufferOps.CONST, (), ConstBuffer(base.arg, base.dtype, self._unbind(st)))
+            return []
         if op in (LoadOps.CONTIGUOUS, LoadOps.ASSIGN):
-            return self.value(base.srcs[0], st)
+            return [self._place(base.srcs[0], st)]
         if isinstance(op, ReduceOps):
             if not (st.contiguous and st.shape == base.shape):
                 raise RuntimeError(f"scheduler: reduce {base!r} read through a non-identity view {st}")
             source = base.srcs[0]
-            return LazyOp(op, (self.value(source, ShapeTracker.from_shape(source.shape)),), base.arg)
+            return [self._place(source, ShapeTracker.from_shape(source.shape))]
         if isinstance(op, LoadOps):
             raise RuntimeError(f"scheduler: {op.name} {base!r} must be realized before a kernel reads it")
+        return [self._place(src, st) for src in base.srcs]
+
+    def _make(self, base: LazyBuffer, st: ShapeTracker, srcs: list[LazyOp]) -> LazyOp:
+        """The op of `base` at `st` from the ops of its sources (`_children` order)."""
+        op = base.op
+        if op is LoadOps.CONST:
+            return LazyOp(BufferOps.CONST, (), ConstBuffer(base.arg, base.dtype, self._unbind(st)))
+        if op in (LoadOps.CONTIGUOUS, LoadOps.ASSIGN):
+            return srcs[0]
+        if isinstance(op, ReduceOps):
+            return LazyOp(op, (srcs[0],), base.arg)
         arg = base.arg if op in (UnaryOps.CAST, UnaryOps.BITCAST) else None  # canonical: equal graphs, equal ASTs
-        return LazyOp(op, tuple(self.value(src, st) for src in base.srcs), arg)
+        return LazyOp(op, tuple(srcs), arg)
 
     def _unbind(self, st: ShapeTracker) -> ShapeTracker:
         unbound, values = st.simplify().unbind()

@@ -200,3 +200,21 @@ def test_run_schedule_alone_realizes_the_outputs() -> None:
     fast.engine.run_schedule(fast.schedule(out))
     assert out.is_realized()
     np.testing.assert_array_equal(out.base.buffer.as_numpy(), np.arange(6) ** 2 + np.arange(6))
+
+
+def test_deep_graphs_schedule_and_lower_without_recursion_limits():
+    """A 5,000-op chain (far deeper than Python's recursion limit) is one kernel with the right value."""
+    import sys
+
+    import numpy as np
+
+    import fast
+    from fast import BinaryOps
+
+    leaf = fast.from_numpy(np.ones(8, np.float32), "CLANG")
+    x = leaf
+    for step in range(5000):
+        x = x.e(BinaryOps.ADD if step % 2 else BinaryOps.MUL, leaf)
+    assert sys.getrecursionlimit() < 5000 * 3
+    assert len(fast.schedule(x)) == 1
+    np.testing.assert_array_equal(fast.to_numpy(x), np.full(8, 2501, np.float32))
