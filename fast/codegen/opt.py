@@ -25,8 +25,9 @@ Heuristics (lanes = the renderer's vector width for the kernel's widest element,
   vector loads (a register tile: matmul's rows of A, a convolution's output channels), or up to 8
   copies when there is no such axis (a column sum: 8 vectors of columns per walk down the rows);
 - a vectorized-output reduction that stores the reduce itself walks its outermost reduce axis in
-  chunks of 32 rows outside the output loops, adding each chunk into the output (memory-friendly
-  column sums; per output the order is chunk by chunk, each chunk in row order);
+  chunks of 32 (or 16) rows outside the output loops, adding each
+  chunk into the output (column sums stream, matmul gets k-blocking; per output the order is chunk
+  by chunk, each chunk in row order);
 - without vectors: upcast the innermost output axis by `options.max_upcast` scalar copies;
 - a small innermost reduce axis (<= `options.max_unroll`) is fully unrolled.
 """
@@ -201,18 +202,24 @@ def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_s
     return _unroll_innermost_reduce(vectorized, options.max_unroll, options.max_unrolled_bodies)
 
 
-CHUNK_ROWS = 32
+CHUNK_ROWS = (32, 16)  # measured: 16-32 rows keep a column sum streaming and a matmul's B panel cached
+
+
+def _chunk_rows(size: int) -> int:
+    """Rows per chunk (0: do not chunk): at least four chunks of a size that divides the axis."""
+    return next((rows for rows in CHUNK_ROWS if size % rows == 0 and size >= 4 * rows), 0)
 
 
 def _chunk_strided_reduce(plan: KernelPlan) -> KernelPlan:
-    """Walk the outermost reduce axis in chunks of `CHUNK_ROWS` (outside the output loops), adding
-    each chunk's sums into the output: every pass touches only the few rows of one chunk for all
-    outputs, instead of walking the whole strided axis once per output tile (a column sum otherwise
-    touches a new page on every step)."""
+    """Walk the outermost reduce axis in chunks (outside the output loops), adding each chunk's sums
+    into the output: one pass reads the few rows of one chunk for every output (they stay in cache
+    and in the TLB) instead of walking the whole strided axis once per output tile."""
     if not plan.reduce_axes or not any(axis.vector > 1 for axis in plan.output_axes):
         return plan
     axis = plan.reduce_axes[0]
-    if not isinstance(axis.size, int) or axis.size % CHUNK_ROWS or axis.size < 4 * CHUNK_ROWS:
+    size = axis.size
+    rows = _chunk_rows(size) if isinstance(size, int) else 0
+    if not isinstance(size, int) or not rows:
         return plan
-    chunked = replace(axis, size=CHUNK_ROWS, unroll=1, vector=1)
-    return replace(plan, reduce_axes=(chunked, *plan.reduce_axes[1:]), chunk=(axis.axis, axis.size // CHUNK_ROWS))
+    chunked = replace(axis, size=rows, unroll=1, vector=1)
+    return replace(plan, reduce_axes=(chunked, *plan.reduce_axes[1:]), chunk=(axis.axis, size // rows))

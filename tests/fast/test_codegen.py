@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 
-from fast.runtime.launch import launch
 from fast import config
 from fast.codegen import format_program, lower, verify
 from fast.codegen.ir import BufferInfo, IndexOps, Instr, IRBuilder, IRError, IROps, LinearProgram, LoopKind
@@ -23,6 +22,7 @@ from fast.ops import (
     float32_to_bfloat16_bits,
 )
 from fast.runtime.clang import create
+from fast.runtime.launch import launch
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Variable
 from fast.shape.view import View

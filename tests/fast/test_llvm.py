@@ -13,7 +13,6 @@ import pytest
 pytest.importorskip("llvmlite")
 
 import fast  # noqa: E402
-from fast.runtime.launch import launch
 from fast import BinaryOps, ReduceOps, TernaryOps, UnaryOps, config, dtypes  # noqa: E402
 from fast.codegen import lower, verify  # noqa: E402
 from fast.codegen.ir import BufferInfo, IndexOps, IRBuilder, LinearProgram, LoopKind  # noqa: E402
@@ -33,6 +32,7 @@ from fast.ops import (  # noqa: E402
 )
 from fast.runtime import clang, llvm  # noqa: E402
 from fast.runtime.base import COMPILE_COUNTER, HostAllocator  # noqa: E402
+from fast.runtime.launch import launch
 from fast.shape.shapetracker import ShapeTracker  # noqa: E402
 from fast.shape.symbolic import Variable  # noqa: E402
 from fast.shape.view import View  # noqa: E402

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from fast.runtime.launch import launch
 from fast import config
 from fast.codegen import format_program, lower, verify
 from fast.codegen.ir import IROps
@@ -30,6 +29,7 @@ from fast.ops import (
     supports,
 )
 from fast.runtime.clang import compile_flags, compiler_path, create
+from fast.runtime.launch import launch
 from fast.shape.shapetracker import ShapeTracker
 
 FLOAT_EDGES = [0.0, -0.0, 1.0, -1.0, 1.5, -2.5, 3.0, 0.1, 1e-3, 65504.0, 70000.0, 1e30, -1e30, 1e-40, 6e-8,
