@@ -6,6 +6,7 @@ realizes, schedules or times anything.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from fast import BinaryOps, LazyBuffer, ReduceOps, UnaryOps
 
@@ -37,6 +38,12 @@ def elementwise_chain(a: LazyBuffer, b: LazyBuffer, c: LazyBuffer) -> LazyBuffer
 def total_sum(x: LazyBuffer) -> LazyBuffer:
     """The sum of every element (shape (1,) for a 1-d input)."""
     return x.r(ReduceOps.SUM, tuple(range(len(x.shape))))
+
+
+def mul_add_sum(a: Any, b: Any, c: Any) -> Any:
+    """(a*b + c).sum() over every axis; the operands are LazyBuffers or MultiLazyBuffers (sharded
+    alike: the sum over the sharded axis is then all-reduced)."""
+    return a.e(BinaryOps.MUL, b).e(BinaryOps.ADD, c).r(ReduceOps.SUM, tuple(range(len(a.shape))))
 
 
 def axis_sum(x: LazyBuffer, axis: int) -> LazyBuffer:
@@ -117,3 +124,8 @@ def graph_chain(leaf: LazyBuffer, nodes: int) -> LazyBuffer:
         else:
             x = x.e(BinaryOps.MUL, leaf)
     return x
+
+
+def add_const(x: LazyBuffer, value: float) -> LazyBuffer:
+    """x + value: a scalar constant that a program changes from call to call (a learning rate, a step)."""
+    return x.e(BinaryOps.ADD, x.const(value))

@@ -84,7 +84,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 
 def detail_lines(result: dict[str, Any]) -> list[str]:
-    """What the table has no column for: graph_build's µs per node, and every failure."""
+    """What the table has no column for: graph_build's µs per node, const_realizes' compiles and memory
+    growth, sharded's speedups, and every failure."""
     lines = []
     for row in result["results"]:
         if row["workload"] == "graph_build" and "build_us_per_node" in row:
@@ -93,7 +94,25 @@ def detail_lines(result: dict[str, Any]) -> list[str]:
                          f"µs/node; build with the node cache off {fmt(row['us_per_node_cache_off'])}, rebuild of "
                          f"a live graph {fmt(row['us_per_node_cache_hit'])}, a trivial Python object "
                          f"{fmt(row['us_per_trivial_object'])} µs")
+        if row["workload"] == "const_realizes" and "compiles" in row:
+            growth = row.get("rss_growth_mb")
+            lines.append(f"const_realizes on {row['device']} ({row['realizes']} realizes of a + c_i): "
+                         f"{row['compiles']} kernels compiled, RSS growth "
+                         f"{'-' if growth is None else fmt(growth)} MB, {fmt(row['us_per_realize'])} µs per realize")
+        if row["workload"] == "sharded" and "speedup_threads1" in row:
+            lines.append(sharded_line(row))
     return lines + [f"FAILED: {line}" for line in result.get("failures", [])]
+
+
+def sharded_line(row: dict[str, Any]) -> str:
+    """The sharded workload's speedups: single-device time / sharded time, with the issue's targets."""
+    devices = ",".join(row["sharded_devices"])
+    return (f"sharded on {devices} vs {row['device']} alone: THREADS=1 {fmt(row['sharded_threads1_ms'])} ms vs "
+            f"{fmt(row['single_threads1_ms'])} ms, speedup {fmt(row['speedup_threads1'])}x (target >= "
+            f"{fmt(row['speedup_threads1_target'])}x); default threads {fmt(row['median_ms'])} ms vs "
+            f"{fmt(row['single_ms'])} ms, speedup {fmt(row['speedup_default'])}x (target >= "
+            f"{fmt(row['speedup_default_floor'])}x); best repeats {fmt(row['speedup_threads1_best'])}x and "
+            f"{fmt(row['speedup_default_best'])}x{'' if row['targets_met'] else ' -- TARGETS NOT MET'}")
 
 
 def markdown(result: dict[str, Any]) -> str:

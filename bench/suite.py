@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from bench.const_realizes import REALIZES, REALIZES_QUICK, run_const_realizes
 from bench.graph_build import run_graph_build
 from bench.peers import ArrayOps
 from bench.runner import check_result, run_fast, run_peer, throughput
+from bench.sharded import run_sharded
 from bench.timing import Budget
 from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload
 
@@ -81,11 +83,12 @@ def peer_fields(fast_ms: float | None, peers: dict[str, Any]) -> dict[str, Any]:
 
 def compute_row(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray,
                 peers: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """One (workload, device) row of a compute workload."""
+    """One (workload, device) row of a compute workload (a sharded one: bench/sharded.py)."""
     row: dict[str, Any] = {"workload": workload.name, "device": device,
                            "inputs": [list(array.shape) for array in arrays]}
     try:
-        row.update(run_fast(workload, device, arrays, reference, plan.budget))
+        run = run_sharded if workload.kind == "sharded" else run_fast
+        row.update(run(workload, device, arrays, reference, plan.budget))
     except Exception as error:
         row["error"] = error_text(error)
         return row
@@ -109,6 +112,20 @@ def graph_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
+def const_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
+    """The const_realizes rows (no peer)."""
+    rows = []
+    for device in plan.devices:
+        row: dict[str, Any] = {"workload": workload.name, "device": device}
+        try:
+            row.update(run_const_realizes(device, REALIZES_QUICK if plan.quick else REALIZES, plan.seed))
+        except Exception as error:
+            row["error"] = error_text(error)
+        rows.append(row)
+        plan.log(progress_line(row))
+    return rows
+
+
 def progress_line(row: dict[str, Any]) -> str:
     """A one-line account of a finished row."""
     head = f"  {row['workload']:<12} {row['device']:<8}"
@@ -125,6 +142,8 @@ def run_workload(workload: Workload, plan: Plan) -> tuple[list[dict[str, Any]], 
     """Rows for every device, and the peers' summaries for this workload."""
     if workload.kind == "graph_build":
         return graph_rows(workload, plan), {}
+    if workload.kind == "const_realizes":
+        return const_rows(workload, plan), {}
     arrays = make_arrays(workload, plan)
     peers, reference = run_peers(workload, arrays, plan)
     rows = []

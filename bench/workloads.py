@@ -24,8 +24,10 @@ class Workload:
     """One benchmark. `build(*lazy_inputs)` is the fast graph, `peer(ops, *arrays)` the peers' version.
 
     `kind` is "compute" (timed on every device against the peers) or "graph_build" (build and
-    schedule only). Memory-bound workloads report GB/s (inputs read once + output written once);
-    the others report GFLOP/s from `flops(inputs)`.
+    schedule only) or "const_realizes" (bench/const_realizes.py: compiles and memory when only a
+    constant changes) or "sharded" (a compute workload timed sharded over two devices of each
+    device's kind against that device alone, bench/sharded.py). Memory-bound workloads report GB/s
+    (inputs read once + output written once); the others report GFLOP/s from `flops(inputs)`.
     """
 
     name: str
@@ -59,6 +61,10 @@ def _elementwise_inputs(rng: np.random.Generator, quick: bool) -> list[np.ndarra
 
 def _vector_inputs(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
     return [_uniform(rng, (_vector(quick),), 0.0, 1.0)]
+
+
+def _positive_vectors(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+    return [_uniform(rng, (_vector(quick),), 0.0, 1.0) for _ in range(3)]
 
 
 def _positive_matrix(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
@@ -137,7 +143,12 @@ WORKLOADS: tuple[Workload, ...] = (
              rtol=1e-3, atol=1e-3, memory_bound=False, flops=_conv_flops),
     Workload("layernorm", "layernorm over the rows of 4096x4096", _normal_matrix, graphs.layernorm,
              _layernorm_peer, rtol=1e-3, atol=1e-4),
+    Workload("sharded", "(a*b+c).sum() of three 16M vectors sharded over DEVICE,DEVICE:1 (axis 0) vs DEVICE "
+             "alone, THREADS=1 and default threads", _positive_vectors, graphs.mul_add_sum,
+             lambda ops, a, b, c: ops.sum(a * b + c), rtol=1e-4, kind="sharded"),
     Workload("graph_build", "build + schedule a 10,000-node elementwise graph", _graph_inputs, kind="graph_build"),
+    Workload("const_realizes", "3,000 realizes of a + c_i on 256x256 float32, a new constant each time: "
+             "kernels compiled, RSS growth, time per realize", _graph_inputs, kind="const_realizes"),
 )
 
 GRAPH_NODES = 10_000

@@ -44,7 +44,7 @@ FEATURES = (
     "identity-fold", "empty-reduce", "zero-size", "scalar-0d", "stride-flip", "stride-k", "view-merge-blocked",
     "transcendental", "nan-data", "inf-data", "neg-zero-data", "int-edge-data", "zero-divisor",
     "custom", "empty-loadop", "invalid-ValueError", "invalid-TypeError", "invalid-RuntimeError", "bitcast",
-    "big-reduce-output",
+    "big-reduce-output", "row-broadcast",
 )
 REQUIRED = tuple([f"op:{o}" for o in (*UNARY, "CAST", "BITCAST", *BINARY, *TERNARY)] +
                  [f"reduce:{o}" for o in REDUCE] + [f"dtype:{d}" for d in DTYPES] +
@@ -108,6 +108,8 @@ def _movement_features(step: Movement, src: Info, program: Program, infos: list[
     if step.kind == "stride":
         out |= {"feature:stride-flip"} if any(k < 0 for k in step.arg) else set()
         out |= {"feature:stride-k"} if any(abs(k) > 1 for k in step.arg) else set()
+    if step.kind == "expand" and isinstance(program.steps[step.src], Reduce):
+        out.add("feature:row-broadcast")  # a reduced row read back along the row (a row kernel in fast)
     if step.kind == "reshape":
         before = program.steps[step.src]
         if isinstance(before, Movement) and before.kind in ("permute", "pad", "stride", "shrink"):

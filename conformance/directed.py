@@ -4,7 +4,8 @@ generation reaches only rarely.
 Split reductions (>= 32768 inputs per output) in several dtypes, ring all-reduces above the
 threshold and forced with RING=2, uneven sharding on 3 and 4 devices, mixed sharded axes, shrink
 to one shard and pad back, a masked constant behind a reshape and expand, the stale read after an
-assign, and (when DISK is enabled) copies through DISK views.
+assign, row kernels (softmax, layernorm, several outputs), and (when DISK is enabled) copies
+through DISK views.
 """
 from __future__ import annotations
 
@@ -119,6 +120,22 @@ def graph_traps(dev: str) -> list[Program]:
             Program(tuple(alias)), Program(tuple(empty))]
 
 
+def row_kernels(dev: str) -> list[Program]:
+    """Softmax- and layernorm-shaped chains (reduced rows read back along the row: one row kernel in
+    fast), two reductions of one input combined, and two outputs of one input realized together."""
+    softmax: list[Step] = [_random("float32", (5, 37), 21, dev), Reduce(0, "MAX", (1,)),
+                           Movement(1, "expand", (5, 37)), Elementwise("SUB", (0, 2)), Elementwise("EXP2", (3,)),
+                           Reduce(4, "SUM", (1,)), Movement(5, "expand", (5, 37)), Elementwise("DIV", (4, 6)),
+                           Fetch(7)]
+    norm: list[Step] = [_iota("float16", (3, 4, 20), dev), Reduce(0, "SUM", (1, 2)), Movement(1, "expand", (3, 4, 20)),
+                        Elementwise("SUB", (0, 2)), Elementwise("MUL", (3, 3)), Reduce(4, "SUM", (1, 2)),
+                        Movement(5, "expand", (3, 4, 20)), Elementwise("ADD", (3, 6)), Fetch(7)]
+    pair: list[Step] = [_iota("int32", (4, 33), dev), Reduce(0, "SUM", (1,)), Reduce(0, "MAX", (1,)),
+                        Elementwise("SUB", (1, 2)), Fetch(3), Elementwise("MUL", (0, 0)), Elementwise("ADD", (0, 0)),
+                        Realize((5, 6)), Fetch(5), Fetch(6)]
+    return [Program(tuple(softmax)), Program(tuple(norm)), Program(tuple(pair))]
+
+
 def disk(cfg: GenConfig) -> list[Program]:
     if cfg.disk_dir is None:
         return []
@@ -133,4 +150,5 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     """Every run's fixed programs: the op tour of each device kind, then the rare paths above."""
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
-    return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev), *disk(cfg)]
+    return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
+            *row_kernels(dev), *disk(cfg)]

@@ -39,6 +39,9 @@ class Config:
     cc: str = ""  # C compiler override; empty: clang if installed, else cc
     threads: int = 0  # THREADS: cap on the threads one CPU kernel uses; 0: every available core
     parallel_min_work: int = 1 << 18  # a CPU kernel with less estimated work (bytes + flops) runs on one thread
+    parallel_devices: bool = True  # PARALLEL_DEVICES: items on different devices run concurrently (engine/parallel.py)
+    parallel_devices_min_work: int = 1 << 20  # ... only when two devices' items each touch this many bytes
+    program_cache_size: int = 1024  # PROGRAM_CACHE_SIZE: compiled kernels kept per process (LRU, engine/programs.py)
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -60,6 +63,9 @@ class Config:
             cc=env.get("CC", ""),
             threads=_int(env, "THREADS", 0),
             parallel_min_work=_int(env, "PARALLEL_MIN_WORK", 1 << 18),
+            parallel_devices=bool(_int(env, "PARALLEL_DEVICES", 1)),
+            parallel_devices_min_work=_int(env, "PARALLEL_DEVICES_MIN_WORK", 1 << 20),
+            program_cache_size=_int(env, "PROGRAM_CACHE_SIZE", 1024),
         )
 
 

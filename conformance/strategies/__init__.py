@@ -28,7 +28,7 @@ SINGLE: tuple[tuple[Action, int], ...] = (
     (a.act_binary, 6), (a.act_unary, 4), (a.act_movement, 5), (a.act_reduce, 3), (a.act_leaf, 2),
     (a.act_const, 2), (a.act_ternary, 2), (a.act_cast, 3), (sp.act_fold, 2), (a.act_bitcast, 1),
     (a.act_contiguous, 1), (a.act_copy, 1), (a.act_realize, 1), (a.act_custom, 1), (sp.act_assign, 1),
-    (s.act_shard, 1), (d.act_disk, 1),
+    (s.act_shard, 1), (d.act_disk, 1), (a.act_row_chain, 2),
 )
 MULTI: tuple[tuple[Action, int], ...] = SINGLE + (
     (s.act_reduce_sharded, 3), (s.act_shrink_one, 2), (s.act_mixed_axes, 2), (s.act_shard, 2),

@@ -176,6 +176,32 @@ def act_reduce(b: Builder) -> bool:
     return True
 
 
+ROW_OPS = ("ADD", "SUB", "MUL", "MAX", "DIV")
+
+
+def act_row_chain(b: Builder) -> bool:
+    """Reductions over the same rows with elementwise work between them, each reduced row read back
+    along the row (softmax- and layernorm-shaped: `fast` runs them as one row kernel), sometimes
+    ending in two reductions of the same rows combined (one kernel too)."""
+    x = b.pick(lambda i: compute(i) and not i.multi and len(i.shape) > 0 and 0 not in i.shape
+               and any(op in binary_ops(i) for op in ROW_OPS))
+    if x is None:
+        return False
+    info = b.info(x)
+    axes = tuple(sorted(b.draw(st.sets(st.integers(0, len(info.shape) - 1), min_size=1, max_size=2))))
+    ops = [op for op in ROW_OPS if op in binary_ops(info) and (op != "DIV" or not info.approx)]
+    value = x
+    for _ in range(b.integer(1, 2)):
+        reduced = b.add(Reduce(value, b.choose(("SUM", "MAX")), axes))
+        back = b.try_add(Movement(reduced, "expand", info.shape))
+        if back is None:
+            return True
+        value = b.add(Elementwise(b.choose(ops), (value, back) if b.chance(0.7) else (back, value)))
+    if b.chance(0.3):
+        b.add(Elementwise(b.choose(ops), (b.add(Reduce(value, "SUM", axes)), b.add(Reduce(value, "MAX", axes)))))
+    return True
+
+
 def act_cast(b: Builder) -> bool:
     x = b.pick(compute)
     if x is None:

@@ -104,7 +104,9 @@ class LinearProgram:
     `len(variables)` of them. `flops` and `mem_bytes` are estimates for DEBUG=2 lines (symbolic sizes
     at their maximum). `threaded`: the last two parameters are `core~, cores~` (0 <= core < cores);
     the kernel then runs only its share of the outermost GLOBAL loop, so launching it once per core
-    value covers every output exactly once, and the values do not depend on `cores`."""
+    value covers every output exactly once, and the values do not depend on `cores`.
+    `const_slots`: the `const_slots` var_names right after the shape variables carry the bit
+    patterns of the kernel's constants (codegen/const_args.py); 0 when constants are inline."""
 
     name: str
     instrs: tuple[Instr, ...]
@@ -114,6 +116,7 @@ class LinearProgram:
     flops: int = 0
     mem_bytes: int = 0
     threaded: bool = False
+    const_slots: int = 0
 
 
 class IRError(ValueError):

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fast import config
 from fast.codegen import transcendental
+from fast.codegen.const_args import const_name, define_params, leaf_value
 from fast.codegen.ir import (
     BOOL,
     INT64,
@@ -52,7 +53,6 @@ from fast.ops import (
     ReduceOps,
     TernaryOps,
     UnaryOps,
-    normalize_const,
 )
 from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import (
@@ -84,6 +84,9 @@ class KernelInfo:
     reduce_axes: tuple[int, ...]
     buffers: tuple[BufferInfo, ...]
     variables: tuple[Variable, ...]
+    reduces: tuple[LazyOp, ...] = ()  # every distinct reduce, sources first (a row kernel has several)
+    reduce_index: dict[int, int] = field(default_factory=dict)  # id() of a reduce node -> its index
+    row: bool = False  # a row kernel: STOREs at the full shape, reduced rows read back along the row
 
 
 def _bit_exact(arg: Any) -> Any:
@@ -139,52 +142,73 @@ def _collect_buffers(nodes: list[LazyOp]) -> tuple[BufferInfo, ...]:
     return buffers
 
 
+def _reduces(nodes: list[LazyOp]) -> tuple[list[LazyOp], dict[int, int]]:
+    """The distinct reduces (structurally equal nodes are one), sources first, and each node's index."""
+    index: dict[tuple[Any, ...], int] = {}
+    reduces: list[LazyOp] = []
+    ids: dict[int, int] = {}
+    for node in nodes:
+        if isinstance(node.op, ReduceOps):
+            key = structural_key(node)
+            if key not in index:
+                index[key] = len(reduces)
+                reduces.append(node)
+            ids[id(node)] = index[key]
+    return reduces, ids
+
+
+def _reduce_shape(reduce: LazyOp) -> tuple[tuple[sint, ...], tuple[int, ...]]:
+    """(full shape, axes) of a reduce, checked."""
+    leaf = next((node for node in reduce.walk() if node.op in (BufferOps.LOAD, BufferOps.CONST)), None)
+    if leaf is None:
+        raise ValueError(f"lower: {reduce.op.name} reduces nothing (no LOAD or CONST below it)")
+    full_shape, axes = tuple(leaf.arg.st.shape), tuple(reduce.arg)
+    if sorted(set(axes)) != sorted(axes) or not all(isinstance(a, int) and 0 <= a < len(full_shape) for a in axes):
+        raise ValueError(f"lower: {reduce.op.name} axes {axes} are not distinct axes of {full_shape}")
+    return full_shape, axes
+
+
+def _check_shapes(nodes: list[LazyOp], stores: tuple[LazyOp, ...], reduces: list[LazyOp]) -> tuple[Any, ...]:
+    """(full shape, reduce axes, row kernel?) after checking every leaf and STORE shape."""
+    if not reduces:
+        full_shape = tuple(stores[0].arg.st.shape)
+        _check_leaf_shapes(nodes, (full_shape,), "in an elementwise kernel")
+        return full_shape, (), False
+    full_shape, axes = _reduce_shape(reduces[0])
+    output_shape = tuple(1 if a in axes else s for a, s in enumerate(full_shape))
+    row = output_shape != full_shape and tuple(stores[0].arg.st.shape) == full_shape
+    for reduce in reduces:
+        if _reduce_shape(reduce) != (full_shape, axes):
+            raise ValueError(f"lower: reductions over different rows in one kernel: {_reduce_shape(reduce)} "
+                             f"and {(full_shape, axes)}")
+        _check_leaf_shapes(reduce.walk(), (full_shape,), f"below {reduce.op.name}")
+    below_ids = {id(node) for reduce in reduces for node in reduce.walk()}
+    _check_leaf_shapes([n for n in nodes if id(n) not in below_ids], (full_shape,) if row else
+                       (full_shape, output_shape), f"above {reduces[0].op.name}")
+    for store in stores:
+        if tuple(store.arg.st.shape) != (full_shape if row else output_shape):
+            raise ValueError(f"lower: STORE to buffer {store.arg.idx} has shape {store.arg.st.shape}, "
+                             f"expected {full_shape if row else output_shape}")
+    return full_shape, axes, row
+
+
 def analyze(ast: LazyOp) -> KernelInfo:
     """Check the AST's structure and shapes; ValueError naming the problem otherwise."""
     if ast.op is not KernelOps.SINK or not ast.src or any(s.op is not BufferOps.STORE for s in ast.src):
         raise ValueError(f"lower: expected a SINK of STOREs, got {ast.op} with {[s.op for s in ast.src]}")
     nodes = ast.walk()
-    groups: dict[tuple[Any, ...], list[LazyOp]] = {}
-    for node in nodes:
-        if isinstance(node.op, ReduceOps):
-            groups.setdefault(structural_key(node), []).append(node)
-    reduces = [group[0] for group in groups.values()]
-    if len(reduces) > 1:
-        raise ValueError(f"lower: {len(reduces)} different reductions in one kernel; one is supported "
-                         f"({[r.op.name for r in reduces]} over {[r.arg for r in reduces]})")
-    reduce = reduces[0] if reduces else None
-    reduce_ids = frozenset(id(node) for group in groups.values() for node in group)
+    reduces, reduce_index = _reduces(nodes)
     stores = tuple(ast.src)
-    axes: tuple[int, ...] = ()
-    if reduce is None:
-        full_shape = tuple(stores[0].arg.st.shape)
-        _check_leaf_shapes(nodes, (full_shape,), "in an elementwise kernel")
-    else:
-        below = reduce.walk()
-        leaf = next((node for node in below if node.op in (BufferOps.LOAD, BufferOps.CONST)), None)
-        if leaf is None:
-            raise ValueError(f"lower: {reduce.op.name} reduces nothing (no LOAD or CONST below it)")
-        full_shape, axes = tuple(leaf.arg.st.shape), tuple(reduce.arg)
-        if sorted(set(axes)) != sorted(axes) or not all(isinstance(a, int) and 0 <= a < len(full_shape) for a in axes):
-            raise ValueError(f"lower: {reduce.op.name} axes {axes} are not distinct axes of {full_shape}")
-        _check_leaf_shapes(below, (full_shape,), f"below {reduce.op.name}")
-        output_shape = tuple(1 if a in axes else s for a, s in enumerate(full_shape))
-        below_ids = {id(node) for node in below}
-        _check_leaf_shapes([n for n in nodes if id(n) not in below_ids], (full_shape, output_shape),
-                           f"above {reduce.op.name}")
-    output_shape = tuple(1 if a in axes else s for a, s in enumerate(full_shape))
-    for store in stores:
-        if tuple(store.arg.st.shape) != output_shape:
-            raise ValueError(f"lower: STORE to buffer {store.arg.idx} has shape {store.arg.st.shape}, "
-                             f"expected {output_shape}")
+    full_shape, axes, row = _check_shapes(nodes, stores, reduces)
     variables: set[Variable] = set()
     for node in nodes:
         if node.op in (BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE):
             variables |= node.arg.st.vars()
     for size in full_shape:
         variables |= as_node(size).vars()
-    return KernelInfo(stores, reduce, reduce_ids, full_shape, axes, _collect_buffers(nodes),
-                      tuple(sorted(variables, key=lambda v: v.expr)))
+    reduce_ids = frozenset(node_id for node_id, index in reduce_index.items() if index == 0)
+    return KernelInfo(stores, reduces[0] if reduces else None, reduce_ids, full_shape, axes, _collect_buffers(nodes),
+                      tuple(sorted(variables, key=lambda v: v.expr)), tuple(reduces), reduce_index, row)
 
 
 def kernel_name(info: KernelInfo) -> str:
@@ -212,6 +236,8 @@ THREAD_VARS = ("core~", "cores~")
 
 
 class _Lowering:
+    const_slots: dict[int, int] | None = None  # CONST leaf id -> parameter slot (lower's const_params)
+
     def __init__(self, info: KernelInfo, plan: KernelPlan, options: RendererOptions, parallel: bool) -> None:
         self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
         self.builder = IRBuilder(options.vector_ops, options.vector_casts)
@@ -274,11 +300,11 @@ class _Lowering:
         return condition if rendered is None else self.builder.index(IndexOps.AND, condition, rendered)
 
     # -- loops
-    def _loop_bounds(self, count: Node, kind: LoopKind) -> tuple[int, int]:
+    def _loop_bounds(self, count: Node, kind: LoopKind, split: bool = True) -> tuple[int, int]:
         """[start, end) of a loop over `count` iterations; the first GLOBAL loop of a threaded kernel
         runs only its share `[count*core/cores, count*(core+1)/cores)`."""
         b = self.builder
-        if kind is not LoopKind.GLOBAL or self.threaded or not self.parallel:
+        if kind is not LoopKind.GLOBAL or self.threaded or not self.parallel or not split:
             return b.const(0, INT64), self._render_int(count)
         self.threaded = True
         core, cores = (b.define_var(name) for name in THREAD_VARS)
@@ -287,8 +313,9 @@ class _Lowering:
         after = b.index(IndexOps.ADD, core, b.const(1, INT64))
         return start, b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, after), cores)
 
-    def _open_loops(self, axes: tuple[AxisPlan, ...], kind: LoopKind) -> list[Group]:
-        """Open the loops of `axes`; return the body copies, each a group of lanes (axis -> index)."""
+    def _open_loops(self, axes: tuple[AxisPlan, ...], kind: LoopKind, split: bool = True) -> list[Group]:
+        """Open the loops of `axes`; return the body copies, each a group of lanes (axis -> index).
+        `split=False`: none of them is shared out between threads."""
         groups: list[Group] = [[{}]]
         for axis in axes:
             base: Node = self.offsets.get(axis.axis, NumNode(0))
@@ -296,7 +323,7 @@ class _Lowering:
                 count = as_node(axis.size) // axis.step
                 prefix = "gidx" if kind is LoopKind.GLOBAL else "ridx"
                 counter = Variable(f"{prefix}{axis.axis}~", 0, max(count.max - 1, 0))
-                self.var_refs[counter] = self.builder.loop(*self._loop_bounds(count, kind), kind)
+                self.var_refs[counter] = self.builder.loop(*self._loop_bounds(count, kind, split), kind)
                 base = base + counter * axis.step
             groups = [[{**env, axis.axis: base + copy * axis.vector + lane} for env in group
                        for lane in range(axis.vector)] for group in groups for copy in range(axis.unroll)]
@@ -333,7 +360,7 @@ class _Lowering:
                 if kind != "vector" else b.load(node.arg.idx, dtype.vec(len(group)), self._render_int(places[0][0]),
                                                self._both(also, places[0][1]))
         if node.op is BufferOps.CONST:
-            value, zero = b.const(normalize_const(node.arg.val, dtype), dtype), b.const(0, dtype)
+            value, zero = leaf_value(b, node, self.const_slots), b.const(0, dtype)
             lanes = places[:1] if kind == "uniform" else places
             return b.vectorize([b.alu(TernaryOps.WHERE, (self._render_bool(valid), value, zero)) for _, valid in lanes])
         if kind == "vector":
@@ -384,8 +411,11 @@ class _Lowering:
             values = pairs + ([values[-1]] if len(values) % 2 else [])
         return values[0]
 
-    def _lower_reduce(self, reduce: LazyOp, output_groups: list[Group]) -> list[int]:
+    def _lower_reduce(self, reduce: LazyOp, output_groups: list[Group],
+                      earlier: list[dict[int, int]] | None = None, scratch: LazyOp | None = None) -> list[int]:
         """Accumulate the reduce for every output copy; return the reduced value of each copy.
+        `earlier[copy]` holds the values of reduces computed before this one (a row kernel);
+        `scratch`: a STORE that also receives every reduced element (read back by `_run_rows`).
 
         Half floats accumulate in float32 and round once at the end (docs/semantics.md). With a
         vectorized reduce axis every reduce copy has its own vector accumulator; they are combined
@@ -399,10 +429,12 @@ class _Lowering:
         accs = [[b.define_acc(init, acc_dtype.vec(max(len(group), reduce_lanes))) for _ in range(copies)]
                 for group in output_groups]
         reduce_groups = self._open_loops(self.plan.reduce_axes, LoopKind.REDUCE)
-        for group, group_accs in zip(output_groups, accs, strict=True):
+        for copy, (group, group_accs) in enumerate(zip(output_groups, accs, strict=True)):
             for number, reduce_group in enumerate(reduce_groups):
                 lanes = [{**out, **inner} for out in group for inner in reduce_group]
-                value = self._lower_node(reduce.src[0], lanes, {}, {})
+                value = self._lower_node(reduce.src[0], lanes, earlier[copy] if earlier else {}, {})
+                if scratch is not None:
+                    self._store(scratch, lanes, value)
                 acc = group_accs[number % copies]
                 value = b.broadcast(b.alu(UnaryOps.CAST, (value,), acc_dtype.vec(b.dtype(value).count)),
                                     b.dtype(acc).count)
@@ -435,9 +467,50 @@ class _Lowering:
             partial = b.alu(TernaryOps.WHERE, (later, partial, b.const(dtypes.min(store.arg.dtype), store.arg.dtype)))
         return b.alu(BinaryOps.ADD if reduce.op is ReduceOps.SUM else BinaryOps.MAX, (partial, value))  # type: ignore
 
+    def _run_rows(self) -> None:
+        """Several reduces: per output, each reduce in turn (later ones read the earlier results), then
+        the STOREs. In a row kernel the STOREs walk the row's reduced axes (`plan.inner_axes`) and
+        read the reduces as values uniform along the row; otherwise they store once per output."""
+        output_groups = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
+        values: list[dict[int, int]] = [{} for _ in output_groups]
+        scratch = self._scratch_store()
+        for index, reduce in enumerate(self.info.reduces):
+            last = index == len(self.info.reduces) - 1
+            reduced = self._lower_reduce(reduce, output_groups, values, scratch if last else None)
+            ids = [node_id for node_id, which in self.info.reduce_index.items() if which == index]
+            for copy, value in enumerate(reduced):
+                values[copy].update({node_id: value for node_id in ids})
+        # threads share rows only: a row's reduces and STOREs stay on one thread (the STOREs may read
+        # back what the row's last reduce loop stored, see `_scratch_store`)
+        inner_groups = self._open_loops(self.plan.inner_axes, LoopKind.GLOBAL, split=False)
+        for copy, group in enumerate(output_groups):
+            for inner_group in inner_groups:
+                lanes = [{**out, **inner} for out in group for inner in inner_group]
+                memo: dict[int, int] = {}
+                if scratch is not None:  # the last reduce's input, stored during its loop: read, not recomputed
+                    memo[id(self.info.reduces[-1].src[0])] = self._load(LazyOp(BufferOps.LOAD, (), scratch.arg), lanes)
+                for store in self.info.stores:
+                    self._store(store, lanes, self._lower_node(store.src[0], lanes, values[copy], memo))
+        self._close_loops(self.plan.inner_axes)
+        self._close_loops(self.plan.output_axes)
+
+    def _scratch_store(self) -> LazyOp | None:
+        """In a row kernel whose one STORE recomputes the last reduce's input (softmax: exp(x - max)
+        is summed, then divided by the sum), the reduce loop also stores that input, so the STORE
+        phase reads it back from the output (the row is still in cache) instead of computing it again."""
+        if not self.info.row or len(self.info.stores) != 1:
+            return None
+        store, source = self.info.stores[0], self.info.reduces[-1].src[0]
+        if node_dtype(source) != store.arg.dtype or any(view.mask is not None for view in store.arg.st.views):
+            return None
+        return store if any(node is source for node in _post_order(store.src[0])) else None
+
     def run(self) -> None:
         for variable in self.info.variables:
             self.var_refs[variable] = self.builder.define_var(variable.expr)
+        if self.info.row or len(self.info.reduces) > 1:
+            self._run_rows()
+            return
         self._open_chunks()
         output_groups = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
         reduced = self._lower_reduce(self.info.reduce, output_groups) if self.info.reduce is not None else []
@@ -486,19 +559,22 @@ def _kernel_lanes(info: KernelInfo, options: RendererOptions) -> int:
     return min(lanes) if lanes and min(lanes) > 1 else 1
 
 
-def lower(ast: LazyOp, options: RendererOptions) -> LinearProgram:
-    """Lower a kernel AST for a renderer with `options`; verified when DEBUG >= 3."""
+def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) -> LinearProgram:
+    """Lower a kernel AST for a renderer with `options`; verified when DEBUG >= 3. `const_params`:
+    every CONST leaf's value is a kernel parameter (codegen/const_args.py), not an inline constant."""
     info = analyze(ast)
     loads = [node.arg.st.real_strides() for node in ast.walk() if node.op is BufferOps.LOAD]
     plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options,
-                       loads, _kernel_lanes(info, options), _stores_reduce_itself(info))
+                       loads, _kernel_lanes(info, options), _stores_reduce_itself(info), info.row)
     flops, mem_bytes = _estimates(info)
     parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
     lowering = _Lowering(info, plan, options, parallel)
+    lowering.const_slots = define_params(lowering.builder, ast) if const_params else None
     lowering.run()
-    names = tuple(v.expr for v in info.variables) + (THREAD_VARS if lowering.threaded else ())
+    consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
+    names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if lowering.threaded else ())
     program = LinearProgram(kernel_name(info), eliminate_dead_code(tuple(lowering.builder.instrs)), info.buffers,
-                            names, info.variables, flops, mem_bytes, lowering.threaded)
+                            names, info.variables, flops, mem_bytes, lowering.threaded, len(consts))
     if config.get().debug >= 3:
         verify(program)
     return program

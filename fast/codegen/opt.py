@@ -68,6 +68,7 @@ class KernelPlan:
     output_axes: tuple[AxisPlan, ...]
     reduce_axes: tuple[AxisPlan, ...]
     chunk: tuple[int, int] | None = None  # (reduce axis, chunks): that axis is walked chunk by chunk
+    inner_axes: tuple[AxisPlan, ...] = ()  # a row kernel: the reduced axes again, for its STOREs
 
     @property
     def bodies(self) -> int:
@@ -180,13 +181,18 @@ def _vector_output(plan: KernelPlan, store_strides: Sequence[sint | None], lanes
 
 def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_strides: Sequence[sint | None],
                 options: RendererOptions, load_strides: Sequence[Sequence[sint | None]] = (),
-                lanes: int = 1, chunkable: bool = False) -> KernelPlan:
+                lanes: int = 1, chunkable: bool = False, row: bool = False) -> KernelPlan:
     """The plan lowering follows. `output_strides` are the first STORE's real strides per axis,
     `load_strides` every LOAD's, `lanes` the vector lanes the kernel's dtypes allow (1: scalar);
-    `chunkable`: the kernel stores the reduce itself, so partial results may accumulate in its output."""
+    `chunkable`: the kernel stores the reduce itself, so partial results may accumulate in its output;
+    `row`: a row kernel, whose STOREs walk the reduced axes again (`inner_axes`)."""
     plan = natural_plan(full_shape, reduce_axes)
+    if row:
+        plan = replace(plan, inner_axes=plan.reduce_axes)
     if config.get().noopt:
         return plan
+    if row:
+        return _row_plan(plan, output_strides, load_strides, lanes, options)
     plan = _reorder_outputs(plan, output_strides)
     vectorized = None
     if lanes > 1:
@@ -200,6 +206,24 @@ def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_s
     if chunkable:
         vectorized = _chunk_strided_reduce(vectorized)
     return _unroll_innermost_reduce(vectorized, options.max_unroll, options.max_unrolled_bodies)
+
+
+def _row_plan(plan: KernelPlan, store_strides: Sequence[sint | None], load_strides: Sequence[Sequence[sint | None]],
+              lanes: int, options: RendererOptions) -> KernelPlan:
+    """A row kernel: rows in STORE order (threads split them), each reduce vectorized along a
+    contiguous reduced axis, the STOREs vectorized along the last reduced axis when it is contiguous."""
+    plan = _reorder_outputs(plan, store_strides)
+    if lanes > 1:
+        plan = _vector_reduce(plan, load_strides, lanes) or plan
+    if not plan.reduce_vector:
+        plan = _unroll_innermost_reduce(plan, options.max_unroll, options.max_unrolled_bodies)
+    inner = plan.inner_axes[-1] if plan.inner_axes else None
+    if lanes > 1 and inner is not None and store_strides[inner.axis] == 1:
+        width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and _divides(inner.size, w)), 0)
+        if width:
+            copies = next(c for c in (4, 2, 1) if _divides(inner.size, width * c))
+            plan = replace(plan, inner_axes=(*plan.inner_axes[:-1], replace(inner, unroll=copies, vector=width)))
+    return plan
 
 
 CHUNK_ROWS = (32, 16)  # measured: 16-32 rows keep a column sum streaming and a matmul's B panel cached

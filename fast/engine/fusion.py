@@ -8,16 +8,22 @@ Legality ("may these fuse?") is a set of pure functions of the graph and the cur
   - `is_expanding_view`, `has_pad_mask`, `is_identity_view`: properties of one edge;
   - `op_keeps_zero`, `pad_is_safe`: may a base be computed through a pad mask;
   - `reduce_fusion_target`: the one kernel a reduce may join, or None.
+  - `is_row_broadcast`, `row_computable`: may a reduced row be read back along the row in-kernel.
 Policy ("which fusion first?") lives in `choose_realizes`: fixed rules first (outputs, loads,
-forced realizes, expands), then unsafe pads in topological order (deepest first, so a shallower
-pad can fuse over a realized deeper one), then reduces in topological order: a reduce joins its
-consumer's kernel when legal and that kernel has no reduce yet; otherwise `chase_point` realizes
-the end of its single-consumer, contiguous, elementwise chain, so those ops still share its kernel.
+forced realizes, expands other than row broadcasts), then unsafe pads in topological order
+(deepest first, so a shallower pad can fuse over a realized deeper one), then reduces in
+topological order: a reduce joins its consumer's kernel when legal (a kernel holds any number of
+reduces over the same rows; in a row kernel — softmax, layernorm — they are read back broadcast
+along the row and the output has the rows' full shape); otherwise `chase_point` realizes the end of its single-consumer,
+contiguous, elementwise chain, so those ops still share its kernel.
 
-Invariants of the result (`Fusion`): every base in `realizes` is unrealized and in the graph; every
-kernel output holds at most one reduce (`reduce_of`), read through an identity view on every path;
-no unrealized, non-constant base is read through an expanding view unless it is in `realizes`; every
-base read through a pad mask computes 0 from all-zero leaves (`pad_is_safe`). Nothing is mutated.
+Invariants of the result (`Fusion`): every base in `realizes` is unrealized and in the graph; all
+reduces of one kernel reduce the same axes of the same shape; in a plain kernel (`reduce_of` names
+its first reduce) every path from a reduce to the output reads by identity; a row kernel's output
+has the shape its reduces reduce; no
+unrealized, non-constant base is read through an expanding view unless it is in `realizes` or is a
+row broadcast of a row-computable base; every base read through a pad mask computes 0 from
+all-zero leaves (`pad_is_safe`). Nothing is mutated.
 """
 from __future__ import annotations
 
@@ -126,6 +132,21 @@ def is_identity_view(view: LazyBuffer, base: LazyBuffer) -> bool:
     return view is base or (view.st.contiguous and view.size == base.size)
 
 
+def is_row_broadcast(view: LazyBuffer, base: LazyBuffer) -> bool:
+    """The view is `base` expanded along its size-1 axes and nothing else (a reduced row read back
+    at every position of the row): `from_shape(base.shape).expand(view.shape)`, unmasked."""
+    return view is not base and is_broadcast_of(view.st, base.shape)
+
+
+def is_broadcast_of(st: ShapeTracker, shape: tuple[sint, ...]) -> bool:
+    """`st` is exactly `shape` expanded along some of its size-1 axes (at least one)."""
+    if len(st.shape) != len(shape) or st.shape == shape \
+            or any(old != new and old != 1 for old, new in zip(shape, st.shape, strict=True)):
+        return False
+    from fast.shape.shapetracker import ShapeTracker
+    return st == ShapeTracker.from_shape(shape).expand(st.shape)
+
+
 # ---------------------------------------------------------------- legality: pads
 
 def _is_positive_zero(value: object) -> bool:
@@ -188,34 +209,96 @@ def pad_is_safe(base: LazyBuffer, realizes: Iterable[LazyBuffer] | set[LazyBuffe
 
 # ---------------------------------------------------------------- legality: reduces
 
-def reduce_fusion_target(reduce: LazyBuffer, graph: Graph, realizes: set[LazyBuffer]) -> LazyBuffer | None:
+@dataclass(frozen=True)
+class Placement:
+    """The kernel output a reduce is computed for; `row`: the kernel iterates the reduce's input
+    shape (the reduce is read back broadcast along its rows, possibly with other reduces of the
+    same rows), else it iterates the reduce's output shape."""
+
+    target: LazyBuffer
+    row: bool
+
+
+def _edge_kind(view: LazyBuffer, node: LazyBuffer, full: tuple[sint, ...]) -> str | None:
+    """How a consumer reads `node` inside a reduce's kernel: "identity", "same" (identity without
+    a reshape, allowed in row kernels), "broadcast" (a row broadcast to `full`), or None."""
+    if view is node or (view.shape == node.shape and is_identity_view(view, node)):
+        return "same"
+    if is_identity_view(view, node):
+        return "identity"
+    return "broadcast" if is_row_broadcast(view, node) and view.shape == full else None
+
+
+def reduce_fusion_target(reduce: LazyBuffer, graph: Graph, realizes: set[LazyBuffer]) -> Placement | None:
     """The one kernel output whose kernel may compute `reduce`, or None when there is none.
 
     Legal when every path from the reduce to a kernel output runs through unrealized elementwise
-    bases, each reading its predecessor through exactly one identity view (so the kernel iterates
-    over exactly the reduce's output positions), and all those paths end at the same output.
-    A reduce that is itself in `realizes` is its own kernel.
+    bases (or, in a row kernel, reduces of the same rows) and all those paths end at one output.
+    Each edge reads its predecessor by identity, or broadcasts a reduced row back over the reduce's
+    input shape; with a broadcast the kernel is a row kernel: its output has that input shape and
+    no edge on the way reshapes. A reduce that is itself in `realizes` is its own kernel.
     """
     if reduce in realizes:
-        return reduce
+        return Placement(reduce, False)
+    full = reduce.srcs[0].shape
+    kinds: set[str | None] = set()
     targets: set[LazyBuffer] = set()
     seen: set[LazyBuffer] = set()
     stack = [reduce]
     while stack:
         node = stack.pop()
         for consumer, views in graph.readers.get(node, {}).items():
-            if len(views) != 1 or not is_identity_view(views[0], node):
+            kinds.update(_edge_kind(view, node, full) for view in views)
+            if None in kinds:
                 return None
             if consumer in realizes:
                 if isinstance(consumer.op, ReduceOps):
                     return None
                 targets.add(consumer)
+            elif isinstance(consumer.op, ReduceOps):
+                if consumer.arg != reduce.arg or consumer.srcs[0].shape != full:
+                    return None
+                kinds.add("broadcast")  # a second reduce over the same rows: only a row kernel holds both
+                if consumer not in seen:
+                    seen.add(consumer)
+                    stack.append(consumer)
             elif not isinstance(consumer.op, ELEMENTWISE):
                 return None
             elif consumer not in seen:
                 seen.add(consumer)
                 stack.append(consumer)
-    return next(iter(targets)) if len(targets) == 1 else None
+    if len(targets) != 1:
+        return None
+    target, row = next(iter(targets)), "broadcast" in kinds
+    if row and ("identity" in kinds or target.shape != full):
+        return None
+    return Placement(target, row)
+
+
+def row_computable(base: LazyBuffer, graph: Graph, realizes: set[LazyBuffer]) -> bool:
+    """May `base`, read through a row broadcast, be computed inside the reading kernel? Yes when its
+    unrealized subgraph is elementwise ops over same-shape reads that reach an unrealized reduce (the
+    row kernel computes that reduce; everything else in it is cheap per row)."""
+    reaches_reduce = False
+    stack, seen = [base], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node.op, ReduceOps):
+            reaches_reduce = True
+            continue
+        if node is not base and node in realizes:
+            continue
+        if not isinstance(node.op, ELEMENTWISE):
+            return False
+        for src in node.srcs:
+            if is_unrealized(src) and not is_const_base(src.base):
+                if src.shape != node.shape or not is_identity_view(src, src.base):
+                    return False
+                stack.append(src.base)
+    return reaches_reduce
 
 
 # ---------------------------------------------------------------- policy
@@ -253,9 +336,23 @@ def _fixed_realizes(graph: Graph) -> dict[LazyBuffer, None]:
         for src in node.srcs:
             if not is_unrealized(src) or is_const_base(src.base):
                 continue
-            if node.op in SOURCE_MUST_BE_REALIZED or is_disk_assign(node) or is_expanding_view(src.st):
+            if node.op in SOURCE_MUST_BE_REALIZED or is_disk_assign(node):
+                realizes[src.base] = None
+            elif is_expanding_view(src.st) and not (isinstance(node.op, ELEMENTWISE)
+                                                    and is_row_broadcast(src, src.base)):
                 realizes[src.base] = None
     return realizes
+
+
+def _row_broadcasts(graph: Graph, realizes: dict[LazyBuffer, None]) -> list[LazyBuffer]:
+    """Unrealized bases read through a row broadcast (decided by `_assign_reduces`)."""
+    found = []
+    for base in graph.order:
+        if base in realizes or is_const_base(base):
+            continue
+        if any(is_row_broadcast(view, base) for views in graph.readers.get(base, {}).values() for view in views):
+            found.append(base)
+    return found
 
 
 def _unsafe_pads(graph: Graph, realizes: dict[LazyBuffer, None]) -> None:
@@ -268,20 +365,38 @@ def _unsafe_pads(graph: Graph, realizes: dict[LazyBuffer, None]) -> None:
                 realizes[base] = None
 
 
+def _place_reduces(reduces: list[LazyBuffer], graph: Graph, chosen: set[LazyBuffer]
+                   ) -> tuple[dict[LazyBuffer, LazyBuffer], LazyBuffer | None]:
+    """Each reduce's kernel (reduce_of holds the first reduce of each plain kernel), or the first
+    reduce that cannot join one. A kernel may hold several reduces, all over the same rows (same
+    axes of the same input shape): a plain kernel stores at their output shape, a row kernel at
+    their input shape."""
+    reduce_of: dict[LazyBuffer, LazyBuffer] = {}
+    rows: dict[LazyBuffer, LazyBuffer] = {}
+    for reduce in reduces:
+        placement = reduce_fusion_target(reduce, graph, chosen)
+        if placement is None:
+            return reduce_of, reduce
+        kernels = rows if placement.row else reduce_of
+        other = reduce_of if placement.row else rows
+        first = kernels.setdefault(placement.target, reduce)
+        if placement.target in other or first.arg != reduce.arg or first.srcs[0].shape != reduce.srcs[0].shape:
+            return reduce_of, reduce
+    return reduce_of, None
+
+
 def _assign_reduces(graph: Graph, realizes: dict[LazyBuffer, None]) -> dict[LazyBuffer, LazyBuffer]:
-    """Give each reduce a kernel, realizing chase points until every kernel has at most one reduce.
-    Each round adds one new base to `realizes`, so this terminates."""
+    """Give each reduce a kernel, realizing chase points (and row broadcasts that no row kernel
+    computes) until every kernel is legal. Each round adds one new base to `realizes`."""
     reduces = [node for node in graph.order if isinstance(node.op, ReduceOps)]
     while True:
         chosen = set(realizes)
-        reduce_of: dict[LazyBuffer, LazyBuffer] = {}
-        conflict = None
-        for reduce in reduces:
-            target = reduce_fusion_target(reduce, graph, chosen)
-            if target is None or target in reduce_of:
-                conflict = reduce
-                break
-            reduce_of[target] = reduce
+        broadcast = next((base for base in _row_broadcasts(graph, realizes) if not isinstance(base.op, ReduceOps)
+                          and not row_computable(base, graph, chosen)), None)
+        if broadcast is not None:
+            realizes[broadcast] = None
+            continue
+        reduce_of, conflict = _place_reduces(reduces, graph, chosen)
         if conflict is None:
             return reduce_of
         realizes[chase_point(conflict, graph, chosen)] = None

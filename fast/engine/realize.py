@@ -2,8 +2,11 @@
 
 Pipeline of one kernel (`compile_item`, the one place that shows it whole):
     ast --lower--> LinearProgram --render--> source --compile_cached--> library --runtime--> Program
-Programs are cached per process, keyed by (device name, `ast_key(ast)`): identical graphs over
-other buffers give equal ASTs (schedule.py), so running a graph again compiles nothing.
+Programs are cached per process (`PROGRAMS`, a bounded LRU: engine/programs.py), keyed by device
+and `ast_key(ast)`: identical graphs over other buffers give equal ASTs (schedule.py), so running a
+graph again compiles nothing. An AST that differs from one already compiled only in the values of
+its constants (same structure, codegen/const_args.py) compiles once more, with every constant a
+kernel parameter, and that parametrized kernel serves every later value set (`get_kernel`).
 
 Diagnostics (read from `config.get()` at call time):
 - `debug` 1: one line per `realize` (items, kernels, time); 2: one line per item (device, kernel
@@ -20,6 +23,7 @@ Realized bases drop their sources after `realize`.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,11 +33,12 @@ import numpy as np
 
 from fast import config
 from fast.codegen import format_program, lower
+from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
-from fast.codegen.lower import structural_key
 from fast.device import Buffer, Device
 from fast.dtype import DType, dtypes
 from fast.engine import fusion
+from fast.engine.programs import ProgramCache
 from fast.engine.schedule import CustomCall, ScheduleItem, lazy_buffers, plan_schedule
 from fast.lazy import LazyBuffer
 from fast.lazy_versions import assign_realized
@@ -55,13 +60,17 @@ class CompiledKernel:
     runner: Any  # fast.runtime.base.Program
 
 
-PROGRAMS: dict[tuple[str, tuple[Any, ...]], CompiledKernel] = {}
+# ("inline", device, structure, bits) -> a kernel with these constants inline;
+# ("params", device, structure) -> its parametrized kernel, or None: seen once, not yet compiled
+PROGRAMS: ProgramCache[tuple[Any, ...], CompiledKernel | None] = ProgramCache()
+_CACHE_LOCK = threading.Lock()
 
 
 def ast_key(ast: LazyOp) -> tuple[Any, ...]:
     """A hashable key equal exactly for structurally equal ASTs with bit-identical constants (so a
-    kernel storing -0.0 is never reused for one storing 0.0), built in linear time."""
-    return structural_key(ast)
+    kernel storing -0.0 is never reused for one storing 0.0), built in linear time: the structure
+    (constants replaced by slot numbers) and the constants' bit patterns (codegen/const_args.py)."""
+    return kernel_keys(ast)
 
 
 def dump_stages() -> frozenset[str]:
@@ -93,13 +102,14 @@ def format_ast(ast: LazyOp) -> str:
     return "\n".join(lines)
 
 
-def compile_item(ast: LazyOp, device: str) -> CompiledKernel:
-    """The whole pipeline for one kernel AST on `device`, printing the stages asked for."""
+def compile_item(ast: LazyOp, device: str, const_params: bool = False) -> CompiledKernel:
+    """The whole pipeline for one kernel AST on `device`, printing the stages asked for;
+    `const_params`: the constants become kernel parameters (see `lower`)."""
     debug, stages = config.get().debug, dump_stages()
     compiled = Device[device]
     if debug >= 3 or "ast" in stages:
         print(f"--- ast ({device})\n{format_ast(ast)}")
-    program = lower(ast, compiled.renderer.options)
+    program = lower(ast, compiled.renderer.options, const_params=const_params)
     if debug >= 3 or "ir" in stages:
         print(f"--- ir ({device})\n{format_program(program)}")
     source = compiled.renderer.render(program)
@@ -109,11 +119,31 @@ def compile_item(ast: LazyOp, device: str) -> CompiledKernel:
     return CompiledKernel(program, source, compiled.runtime(program.name, library))
 
 
-def get_kernel(device: str, ast: LazyOp) -> CompiledKernel:
-    key = (device, ast_key(ast))
-    if key not in PROGRAMS:
-        PROGRAMS[key] = compile_item(ast, device)
-    return PROGRAMS[key]
+def get_kernel(device: str, ast: LazyOp) -> tuple[CompiledKernel, tuple[int, ...]]:
+    """The kernel for `ast` on `device` and the constant parameters to pass it (after the shape
+    variables; empty for a kernel with its constants inline). The first AST of a structure compiles
+    with its constants inline; another value set of that structure compiles the parametrized kernel
+    once, which then serves every value set not compiled inline. Cache operations hold `_CACHE_LOCK`
+    (lanes of engine/parallel.py look kernels up concurrently); compiles run outside it."""
+    structure, bits = kernel_keys(ast)
+    inline_key, params_key = ("inline", device, structure, bits), ("params", device, structure)
+    with _CACHE_LOCK:
+        kernel = PROGRAMS.get(inline_key)
+        if kernel is not None:
+            return kernel, ()
+        parametrize = bool(bits) and params_key in PROGRAMS
+        kernel = PROGRAMS.get(params_key) if parametrize else None
+    if kernel is not None:
+        return kernel, bits
+    kernel = compile_item(ast, device, const_params=parametrize)
+    with _CACHE_LOCK:
+        if parametrize:
+            PROGRAMS[params_key] = kernel
+            return kernel, bits
+        PROGRAMS[inline_key] = kernel
+        if bits:  # the structure is seen: inserted (or touched) last, so it outlives the kernel in a tiny cache
+            PROGRAMS[params_key] = PROGRAMS.get(params_key)
+    return kernel, ()
 
 
 # ---------------------------------------------------------------- running items
@@ -126,15 +156,17 @@ def _require_allocated(item: ScheduleItem) -> None:
 
 def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     device = item.bufs[0].device
-    kernel = get_kernel(device, item.ast)
+    kernel, constants = get_kernel(device, item.ast)
+    program = kernel.program
+    if len(constants) != program.const_slots:
+        raise RuntimeError(f"run_schedule: {program.name} takes {program.const_slots} constants, got {len(constants)}")
     _require_allocated(item)
     for buffer in item.outputs:
         buffer.allocate()
     try:
-        values = tuple(item.var_vals[variable] for variable in kernel.program.variables)
+        values = tuple(item.var_vals[variable] for variable in program.variables) + constants
     except KeyError as error:
-        raise RuntimeError(f"run_schedule: no value for symbolic variable {error} of {kernel.program.name}") from error
-    program = kernel.program
+        raise RuntimeError(f"run_schedule: no value for symbolic variable {error} of {program.name}") from error
     elapsed = launch(kernel.runner, [buffer.handle for buffer in item.bufs], values, program.threaded,
                      program.mem_bytes + program.flops, timed)
     info = f"{kernel.program.name:<28} global {str(item.ast.src[0].arg.st.shape):<16}"
@@ -214,19 +246,65 @@ def _run_item(item: ScheduleItem, timed: bool) -> str:
     return f"{info:<45} {(time.perf_counter() - start) * 1e3:9.3f} ms" if timed else info
 
 
+def _run_and_record(number: int, item: ScheduleItem, debug: int, printing: Any = None) -> None:
+    """Run one item, bump the versions of an assign's targets once it ran, print its DEBUG=2 line
+    (under `printing`, a lock, when items run on several threads)."""
+    info = _run_item(item, timed=debug >= 2)
+    if item.assign:
+        for buffer in item.outputs:
+            buffer.bump_version()
+    if debug >= 2:
+        line = f"*** {item.bufs[0].device:<10} {number:4d} {info}"
+        if printing is None:
+            print(line)
+        else:
+            with printing:
+                print(line, flush=True)
+
+
+def _compile_ahead(items: Sequence[ScheduleItem]) -> None:
+    """Compile (or find) every kernel of a parallel run on the caller's thread, in schedule order, so
+    compiles and their DEBUG>=3 / DUMP_IR output keep that order and no two threads drive a compiler
+    at once (llvmlite's LLVM context is not thread-safe). A kernel that fails to compile is left to
+    its item, which compiles it again and raises in schedule order."""
+    for item in items:
+        if item.ast.op is KernelOps.SINK:
+            try:
+                get_kernel(item.bufs[0].device, item.ast)
+            except Exception:  # raised again, in schedule order, by the item itself
+                continue
+
+
+def _run_devices_in_parallel(items: Sequence[ScheduleItem], debug: int) -> bool:
+    """Run the items with each device's items on its own thread (engine/parallel.py) when config
+    `parallel_devices` is on and `parallel.parallel_lanes` finds it worth it; False (nothing run)
+    otherwise."""
+    first = items[0].bufs[0].device
+    if all(item.bufs[0].device == first for item in items) or not config.get().parallel_devices:
+        return False  # the common single-device schedule: decided in a few attribute reads
+    from fast.engine import parallel  # here, not at the top: the single-device path never needs it
+
+    lanes = parallel.parallel_lanes(items, config.get().parallel_devices_min_work)
+    if lanes is None:
+        return False
+    _compile_ahead(items)
+    parallel.run_parallel(items, lanes, lambda number, item: _run_and_record(number, item, debug, parallel.PRINT_LOCK))
+    return True
+
+
 def run_schedule(items: Sequence[ScheduleItem]) -> None:
-    """Run the items in order (see the module docstring for what is printed)."""
+    """Run the items (see the module docstring for what is printed). Items on one device run in
+    schedule order; items on different devices run concurrently when they do not depend on each
+    other (engine/parallel.py), and their DEBUG=2 lines then follow completion order. The first
+    error in schedule order is raised; items after it are not started."""
     debug = config.get().debug
     if "schedule" in dump_stages():
         for number, item in enumerate(items):
             print(f"schedule {number}: {item.ast.op.name} bufs={list(item.bufs)}")
+    if len(items) > 1 and _run_devices_in_parallel(items, debug):
+        return
     for number, item in enumerate(items):
-        info = _run_item(item, timed=debug >= 2)
-        if item.assign:
-            for buffer in item.outputs:
-                buffer.bump_version()
-        if debug >= 2:
-            print(f"*** {item.bufs[0].device:<10} {number:4d} {info}")
+        _run_and_record(number, item, debug)
 
 
 # ---------------------------------------------------------------- public helpers
@@ -240,9 +318,10 @@ def realize(*buffers: Any) -> None:
     assigned = {id(step.owner): step.owner for step in steps if step.item.assign and step.owner.op is LoadOps.ASSIGN}
     for owner in assigned.values():
         assign_realized(owner.srcs[1])  # a VIEW base assigned into expects its new contents
-    for step in steps:
-        if step.owner.realized is not None:
-            step.owner.srcs = ()  # the graph below a realized base can be freed; `op` stays
+    for step in steps:  # a kernel with several outputs has several owners
+        for owner in step.owners:
+            if owner.realized is not None:
+                owner.srcs = ()  # the graph below a realized base can be freed; `op` stays
     if config.get().debug >= 1 and items:
         kernels = sum(item.ast.op is KernelOps.SINK for item in items)
         print(f"realize: {len(items)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")

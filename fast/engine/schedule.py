@@ -144,9 +144,10 @@ class KernelBuilder:
         if op in (LoadOps.CONTIGUOUS, LoadOps.ASSIGN):
             return [self._place(base.srcs[0], st)]
         if isinstance(op, ReduceOps):
-            if not (st.contiguous and st.shape == base.shape):
-                raise RuntimeError(f"scheduler: reduce {base!r} read through a non-identity view {st}")
             source = base.srcs[0]
+            broadcast = st.shape == source.shape and fusion.is_broadcast_of(st, base.shape)
+            if not (st.contiguous and st.shape == base.shape) and not broadcast:
+                raise RuntimeError(f"scheduler: reduce {base!r} read through a non-identity view {st}")
             return [self._place(source, ShapeTracker.from_shape(source.shape))]
         if isinstance(op, LoadOps):
             raise RuntimeError(f"scheduler: {op.name} {base!r} must be realized before a kernel reads it")
@@ -197,6 +198,11 @@ class Step:
     reads: tuple[object, ...]
     read_bases: tuple[LazyBuffer, ...]
     owner: LazyBuffer
+    also_owners: tuple[LazyBuffer, ...] = ()  # bases whose kernels were merged into this one
+
+    @property
+    def owners(self) -> tuple[LazyBuffer, ...]:
+        return (self.owner, *self.also_owners)
 
 
 class StepBuilder:
@@ -391,7 +397,8 @@ def plan_schedule(outs: Sequence[LazyBuffer]) -> list[Step]:
     for _ in range(len(graph.order) + 1):
         order, conflicts = order_steps([*snapshots, *(s for steps in per_owner.values() for s in steps)])
         if not conflicts:
-            return order
+            from fast.engine.kernel_merge import merge_kernels  # it builds on this module's types
+            return merge_kernels(order)
         for _, old in conflicts:
             if old not in builder.substitutions:
                 snapshots.append(builder.snapshot(old))

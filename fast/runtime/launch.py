@@ -5,13 +5,16 @@ and computes only its share of the outermost GLOBAL loop. `launch` calls it once
 a process-wide thread pool (ctypes releases the GIL during the call, so the shares run in parallel)
 and waits for all of them; an exception in any share is raised in the caller. Every output element
 is computed by exactly one share with the same code, so results never depend on the thread count.
+`thread_cap(n)` caps the threads of kernels launched from the calling thread (engine/parallel.py
+uses it when several devices run at once, so their kernels share the cores).
 """
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from fast import config
@@ -20,6 +23,7 @@ from fast.runtime import cpu
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
 _POOL_LOCK = threading.Lock()
+_LOCAL = threading.local()  # `cap`: the per-thread cap set by `thread_cap`, or absent
 
 
 def _pool(size: int) -> ThreadPoolExecutor:
@@ -32,11 +36,24 @@ def _pool(size: int) -> ThreadPoolExecutor:
         return _POOL
 
 
+@contextmanager
+def thread_cap(cap: int | None) -> Iterator[None]:
+    """Kernels launched from this thread inside the block use at most `cap` threads (None: no cap)."""
+    previous = getattr(_LOCAL, "cap", None)
+    _LOCAL.cap = cap
+    try:
+        yield
+    finally:
+        _LOCAL.cap = previous
+
+
 def threads_for(work: int) -> int:
-    """How many threads a kernel with `work` estimated bytes + flops gets."""
+    """How many threads a kernel with `work` estimated bytes + flops gets (within `thread_cap`)."""
     if work < config.get().parallel_min_work:
         return 1
-    return cpu.thread_count()
+    cap: int | None = getattr(_LOCAL, "cap", None)
+    count = cpu.thread_count()
+    return count if cap is None else max(1, min(count, cap))
 
 
 def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: bool, work: int,
@@ -50,7 +67,8 @@ def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: b
     if cores == 1:
         runner(*handles, vals=(*vals, 0, 1))
     else:
-        shares = [_pool(cores).submit(runner, *handles, vals=(*vals, core, cores)) for core in range(1, cores)]
+        pool = _pool(max(cores, cpu.thread_count()))  # room for every lane's shares under a thread cap
+        shares = [pool.submit(runner, *handles, vals=(*vals, core, cores)) for core in range(1, cores)]
         runner(*handles, vals=(*vals, 0, cores))
         for share in shares:
             share.result()

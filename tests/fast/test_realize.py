@@ -99,7 +99,7 @@ def test_running_the_same_graph_again_compiles_nothing() -> None:
 
 def test_debug_two_prints_one_line_per_kernel(capsys: pytest.CaptureFixture[str]) -> None:
     x = from_numpy(X, "CLANG")
-    out = x.r(ReduceOps.SUM, (2,)).expand((3, 4, 5)).e(BinaryOps.MUL, x).copy_to_device("CLANG:1")
+    out = x.r(ReduceOps.SUM, (2,)).contiguous().expand((3, 4, 5)).e(BinaryOps.MUL, x).copy_to_device("CLANG:1")
     with config.override(debug=2):
         fast.realize(out)
     lines = capsys.readouterr().out.strip().splitlines()

@@ -194,3 +194,21 @@ def test_chunked_column_reductions(device, rows, cols, dtype):
         assert np.isnan(sums[0, 3])
         sums[0, 3] = want[0, 3] = 0.0
     _check(sums, want, rows)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [fast.dtypes.float64, fast.dtypes.int64, fast.dtypes.float32, fast.dtypes.int32])
+@pytest.mark.parametrize("value", [float("nan"), 2.0, float("inf")])
+def test_padded_constants_keep_their_zero_lane(device, dtype, value):
+    """Conformance regression: a NaN constant padded by one became NaN everywhere on CLANG, because
+    GCC 12 (AVX-512) folds the vector literal {x, x, x, 0.0} of 64-bit lanes into x in every lane."""
+    if fast.dtypes.is_int(dtype) and value != 2.0:
+        return
+    base = fast.LazyBuffer.loadop(fast.LoadOps.CONST, (3,), dtype, device, arg=value)
+    padded = base.pad(((0, 1),))
+    want = np.array([value, value, value, 0], dtype=dtype.np)
+    np.testing.assert_array_equal(fast.to_numpy(padded.e(BinaryOps.MAX, padded)), want)
+    if not fast.dtypes.is_int(dtype):
+        np.testing.assert_array_equal(fast.to_numpy(padded.e(UnaryOps.SQRT)), np.sqrt(want))
+    wide = fast.LazyBuffer.loadop(fast.LoadOps.CONST, (7,), dtype, device, arg=value).pad(((0, 1),))
+    np.testing.assert_array_equal(fast.to_numpy(wide.e(BinaryOps.ADD, wide)), np.array([value] * 7 + [0], dtype.np) * 2)
