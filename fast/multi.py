@@ -290,7 +290,7 @@ class MultiLazyBuffer:
             raise ValueError(f"reshape: sharded axis {self._axis} changes size {old_size} -> {new_size}; both must "
                              f"divide by the {count} real shards ({self.shape} -> {new_shape})")
         row = math.prod(new_shape[new_axis + 1:])
-        if row == 0:
+        if row == 0 or math.prod(new_shape) == 0:  # no elements to keep: each shard gets new_size / n
             return [new_size // count] * len(self._lbs)
         sizes = [math.prod(dims(lb)[self._axis:]) for lb in self._lbs]
         if any(size % row for size in sizes):

@@ -301,8 +301,6 @@ class _Kernel:
         if instr.op is IROps.INDEX:
             return self.index(instr.arg, a)
         if instr.op is IROps.VECTORIZE:
-            if dtype.scalar() != dtypes.bool and all(self.program.instrs[src].op is IROps.CONST for src in instr.srcs):
-                return self.vectors.constant_array(a, dtype)  # GCC 12 miscompiles such literals (c_vectors.py)
             return self.vectors.literal(a, dtype)
         if instr.op is IROps.GEP:
             return self.vectors.gep(types[0], a[0], instr.arg)
@@ -327,7 +325,7 @@ class _Kernel:
         head = "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
         return (head + "".join(self.helpers.values()) + comments
                 + f"void {self.program.name}({', '.join(params) or 'void'}) {{\n"
-                + "\n".join(["  " + array for array in self.vectors.arrays] + self.lines) + "\n}\n")
+                + "\n".join(self.lines) + "\n}\n")
 
 
 class CRenderer(Renderer):

@@ -58,7 +58,6 @@ class VectorC:
 
     def __init__(self, need: Callable[[str, str], str]) -> None:
         self.need = need
-        self.arrays: list[str] = []  # static constant arrays, declared at the top of the kernel body
 
     def ctype(self, dtype: DType) -> str:
         self.need(f"typedef {vector_name(dtype)}", typedef(dtype))
@@ -88,15 +87,6 @@ class VectorC:
         if dtype.scalar() == dtypes.bool:
             lanes = [f"-(int32_t)({lane})" for lane in lanes]
         return f"(({self.ctype(dtype)}){{{', '.join(lanes)}}})"
-
-    def constant_array(self, lanes: list[str], dtype: DType) -> str:
-        """A vector of different constants, loaded from a static array. GCC 12 with AVX-512 folds a
-        literal like `(v4d){x, x, x, 0.0}` of 64-bit lanes into x in every lane (seen with x = 2.0,
-        NaN, inf; 32-bit lanes and non-constant lanes are right), so such literals are never written."""
-        name = f"vconst{len(self.arrays)}"
-        self.arrays.append(f"static const {SCALAR_CTYPES[dtype.scalar()]} {name}[{dtype.count}] = "
-                           f"{{{', '.join(lanes)}}};")
-        return self.load(dtype, name, None)
 
     def load(self, dtype: DType, pointer: str, valid: str | None) -> str:
         vtype = self.ctype(dtype)

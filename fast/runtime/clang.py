@@ -9,6 +9,9 @@ GCC), linked with `-lm`.
 - never `-ffast-math` or `-march=native` (values must be IEEE). The SIMD level detected at run time
   (`fast/runtime/cpu.py`: `-mavx2 -mfma`, or also `-mavx512f/vl/dq/bw`) is added; it is part of the
   compiler identity, so the cache never hands a library to a machine without those instructions.
+  GCC 12 and older stay at AVX2 (`simd_cap`): with AVX-512 enabled, GCC 12.2 builds vectors of
+  64-bit lanes such as {x, x, x, 0.0} (from literals, arrays, lane stores or its own constant
+  propagation) as x in every lane; found by the conformance suite (a padded float64 constant).
 - GCC only: `-fno-tree-vectorize` (loop and basic-block vectorizers off). GCC 12's vectorizers
   miscompile two kinds of kernel we generate. (1) The basic-block (SLP) vectorizer summed four
   `(uint8_t)(data1[i] != 0)` terms of an unrolled bool->uint8 SUM as 252 instead of 4: it kept the
@@ -39,6 +42,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -82,9 +86,21 @@ def is_gcc(path: str) -> bool:
     return "clang" not in version and ("free software foundation" in version or "gcc" in version)
 
 
+def simd_cap(path: str) -> int | None:
+    """The widest SIMD registers (bytes) kernels may use with this compiler. GCC up to 12 with
+    AVX-512 enabled folds vectors of 64-bit lanes like {x, x, x, 0.0} into x in every lane (seen with
+    GCC 12.2: literals, arrays, lane stores and constants it propagates itself; AVX2 code is right),
+    so GCC 12 and older get AVX2 at most; clang and newer GCC get what the CPU has."""
+    if not is_gcc(path):
+        return None
+    found = re.search(r"\b(\d+)\.\d+", compiler_version(path))
+    return 32 if found is None or int(found.group(1)) <= 12 else None
+
+
 def compile_flags(path: str) -> tuple[str, ...]:
     clang = "clang" in compiler_version(path).lower()
-    flags = (*BASE_FLAGS, *cpu.c_flags()) if not is_gcc(path) else (*BASE_FLAGS, *cpu.c_flags(), *GCC_FLAGS)
+    simd = cpu.c_flags(simd_cap(path))
+    flags = (*BASE_FLAGS, *simd) if not is_gcc(path) else (*BASE_FLAGS, *simd, *GCC_FLAGS)
     if not config.get().ubsan:
         return flags
     if clang:
@@ -161,7 +177,11 @@ class ClangProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = CRenderer(cpu_options(cpu.vector_bytes()))
+@functools.lru_cache(maxsize=4)
+def _renderer(compiler: str) -> CRenderer:
+    """The renderer for kernels built by `compiler` (its SIMD width follows `simd_cap`)."""
+    cap = simd_cap(compiler) if compiler else None
+    return CRenderer(cpu_options(cpu.vector_bytes(cap)))
 _COMPILER = ClangCompiler()
 
 
@@ -170,4 +190,8 @@ def create(device_name: str) -> Compiled:
     kind, _, number = device_name.partition(":")
     if kind != "CLANG" or (number and not number.isdigit()):
         raise ValueError(f"clang.create: {device_name!r} is not a CLANG device name")
-    return Compiled(device_name, _ALLOCATOR, _RENDERER, _COMPILER, ClangProgram)
+    try:
+        compiler = compiler_path()
+    except RuntimeError:  # no C compiler: building graphs still works; compiling will say why not
+        compiler = ""
+    return Compiled(device_name, _ALLOCATOR, _renderer(compiler), _COMPILER, ClangProgram)

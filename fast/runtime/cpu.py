@@ -35,24 +35,24 @@ def features() -> frozenset[str]:
     return frozenset()
 
 
-def _level() -> tuple[int, tuple[str, ...]]:
+def _level(cap: int | None) -> tuple[int, tuple[str, ...]]:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return 16, ()  # aarch64 NEON and other 128-bit baselines
     flags = features()
     for required, width, cflags in _X86_LEVELS:
-        if required <= flags:
+        if required <= flags and (cap is None or width <= cap):
             return width, cflags
     return 16, ()  # SSE2 is part of x86-64
 
 
-def vector_bytes() -> int:
-    """The SIMD register width kernels are vectorized for (0 with NOOPT=1)."""
-    return 0 if config.get().noopt else _level()[0]
+def vector_bytes(cap: int | None = None) -> int:
+    """The SIMD register width kernels are vectorized for, at most `cap` bytes (0 with NOOPT=1)."""
+    return 0 if config.get().noopt else _level(cap)[0]
 
 
-def c_flags() -> tuple[str, ...]:
-    """C compiler flags that enable the detected SIMD level (never -march=native)."""
-    return () if config.get().noopt else _level()[1]
+def c_flags(cap: int | None = None) -> tuple[str, ...]:
+    """C compiler flags that enable the detected SIMD level up to `cap` bytes (never -march=native)."""
+    return () if config.get().noopt else _level(cap)[1]
 
 
 def available_cores() -> int:

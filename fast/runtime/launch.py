@@ -5,8 +5,10 @@ and computes only its share of the outermost GLOBAL loop. `launch` calls it once
 a process-wide thread pool (ctypes releases the GIL during the call, so the shares run in parallel)
 and waits for all of them; an exception in any share is raised in the caller. Every output element
 is computed by exactly one share with the same code, so results never depend on the thread count.
-`thread_cap(n)` caps the threads of kernels launched from the calling thread (engine/parallel.py
-uses it when several devices run at once, so their kernels share the cores).
+The shares go to a crew of polling workers (runtime/workers.py: microsecond hand-offs) when no other
+launch holds it, else to the pool. `thread_cap(n)` caps the threads of kernels launched from the
+calling thread (engine/parallel.py uses it when several devices run at once, so their kernels share
+the cores).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fast import config
-from fast.runtime import cpu
+from fast.runtime import cpu, workers
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
@@ -66,6 +68,13 @@ def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: b
     start = time.perf_counter()
     if cores == 1:
         runner(*handles, vals=(*vals, 0, 1))
+        return time.perf_counter() - start if wait else None
+    team = workers.crew(cores - 1)
+    if team is not None and team.lock.acquire(blocking=False):  # hot workers, one caller at a time
+        try:
+            team.run([(runner, tuple(handles), {"vals": (*vals, core, cores)}) for core in range(cores)])
+        finally:
+            team.lock.release()
     else:
         pool = _pool(max(cores, cpu.thread_count()))  # room for every lane's shares under a thread cap
         shares = [pool.submit(runner, *handles, vals=(*vals, core, cores)) for core in range(1, cores)]

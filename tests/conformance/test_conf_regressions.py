@@ -23,6 +23,7 @@ from conformance.program import (
     Elementwise,
     Fetch,
     Leaf,
+    LoadConst,
     Movement,
     Program,
     Realize,
@@ -107,3 +108,26 @@ def test_shape_changing_bitcast_of_an_empty_disk_view(tmp_path: Path) -> None:
     _agree(Program((Leaf(ArrayData("float16", (1, 1), (0.0,)), "CLANG"), Copy(0, disk),
                     Movement(1, "shrink", ((0, 0), (0, 0))), Cast(2, "int8", bitcast=True), Copy(3, "CLANG"),
                     Fetch(4))))
+
+
+def test_sharded_reshape_of_a_zero_size_buffer_gives_each_shard_its_share() -> None:
+    """Found (full profile): fast's sharded reshape (4, 0, 2) -> (2, 0, 4) over 2 shards gave shards of
+    size 1 on the new axis, counting elements of a buffer that has none; SPEC §5: each shard gets
+    new_size / n there, so (2, 0, 2) each. Fixed in fast."""
+    fast = _package("fast")
+    empty = fast.from_numpy(np.zeros((0, 2), np.int64), "CLANG")
+    sharded = fast.MultiLazyBuffer.from_sharded(empty, ("CLANG", "CLANG:1"), 1)
+    moved = sharded.const(0).reshape((1, 0, 2)).expand((4, 0, 2)).reshape((2, 0, 4))
+    assert moved.shape == (2, 0, 4) and [lb.shape for lb in moved.lbs] == [(2, 0, 2), (2, 0, 2)]
+
+
+def test_padded_float64_constant_keeps_its_zeros_through_a_reshape() -> None:
+    """Found (full profile): GCC 12 with AVX-512 folded the vector {2, 2, 2, 0} of float64 lanes into
+    all 2s, so a padded constant read back through a reshape lost its zeros on CLANG; fixed by
+    keeping GCC 12 at AVX2 (runtime/clang.py simd_cap)."""
+    fast = _package("fast")
+    constant = fast.LazyBuffer.loadop(fast.LoadOps.CONST, (1, 3), fast.dtypes.float64, "CLANG", arg=2.0)
+    got = fast.to_numpy(constant.pad(((0, 1), (0, 1))).reshape((2, 4, 1))).ravel()
+    np.testing.assert_array_equal(got, [2, 2, 2, 0, 0, 0, 0, 0])
+    _agree(Program((LoadConst((1, 3), "float64", "CLANG", 2.0), Movement(0, "pad", ((0, 1), (0, 1))),
+                    Movement(1, "reshape", (2, 4, 1)), Fetch(2))))

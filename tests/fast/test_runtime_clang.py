@@ -13,7 +13,7 @@ from fast import config
 from fast.codegen import lower
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, MemBuffer
-from fast.runtime import cpu
+from fast.runtime import clang, cpu
 from fast.runtime.base import COMPILE_COUNTER, Compiled, HostAllocator
 from fast.runtime.clang import (
     BASE_FLAGS,
@@ -156,7 +156,8 @@ def test_devices_are_records_sharing_one_runtime():
     assert isinstance(first, Compiled) and (first.name, second.name) == ("CLANG", "CLANG:1")
     assert first.allocator is second.allocator and first.compiler is second.compiler
     assert first.renderer is second.renderer and first.runtime is second.runtime
-    assert first.renderer.options.vector_bytes == cpu.vector_bytes() and first.renderer.options.supports_threads
+    cap = clang.simd_cap(clang.compiler_path())
+    assert first.renderer.options.vector_bytes == cpu.vector_bytes(cap) and first.renderer.options.supports_threads
     for bad in ("LLVM", "CLANG:x", "clang"):
         with pytest.raises(ValueError, match="CLANG"):
             create(bad)
