@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fast.codegen.ir import IRBuilder
+from fast.codegen.builder import IRBuilder
 from fast.dtype import DType, dtypes
 from fast.ops import BufferOps, LazyOp, UnaryOps, float32_to_bfloat16_bits, normalize_const, wrap_int
 

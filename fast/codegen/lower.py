@@ -30,12 +30,12 @@ from typing import Any
 from fast import config
 from fast.codegen import transcendental
 from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype
+from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
 from fast.codegen.ir import (
     BOOL,
     INT64,
     IndexOps,
-    IRBuilder,
     LinearProgram,
     LoopKind,
     eliminate_dead_code,

@@ -44,7 +44,7 @@ import math
 import struct
 from dataclasses import dataclass
 
-from fast.codegen.ir import IRBuilder
+from fast.codegen.builder import IRBuilder
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps
 

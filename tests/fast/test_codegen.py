@@ -7,7 +7,8 @@ import pytest
 
 from fast import config
 from fast.codegen import format_program, lower, verify
-from fast.codegen.ir import BufferInfo, IndexOps, Instr, IRBuilder, IRError, IROps, LinearProgram, LoopKind
+from fast.codegen.builder import IRBuilder
+from fast.codegen.ir import BufferInfo, IndexOps, Instr, IRError, IROps, LinearProgram, LoopKind
 from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
 from fast.dtype import DType, dtypes
 from fast.ops import (

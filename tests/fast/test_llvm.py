@@ -15,7 +15,8 @@ pytest.importorskip("llvmlite")
 import fast  # noqa: E402
 from fast import BinaryOps, ReduceOps, TernaryOps, UnaryOps, config, dtypes  # noqa: E402
 from fast.codegen import lower, verify  # noqa: E402
-from fast.codegen.ir import BufferInfo, IndexOps, IRBuilder, LinearProgram, LoopKind  # noqa: E402
+from fast.codegen.builder import IRBuilder  # noqa: E402
+from fast.codegen.ir import BufferInfo, IndexOps, LinearProgram, LoopKind  # noqa: E402
 from fast.dtype import ALL, DType  # noqa: E402
 from fast.ops import (  # noqa: E402
     BufferOps,

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from fast.codegen import transcendental
-from fast.codegen.ir import BufferInfo, IndexOps, IRBuilder, IROps, LinearProgram, LoopKind, verify
+from fast.codegen.builder import IRBuilder
+from fast.codegen.ir import BufferInfo, IndexOps, IROps, LinearProgram, LoopKind, verify
 from fast.dtype import DType, dtypes
 from fast.ops import UnaryOps
 from fast.renderer.base import RendererOptions, cpu_options
