@@ -26,8 +26,8 @@ is its scalar `arg` in every lane; ALU on vectors works lane by lane with the sc
 operand has the same lane count; WHERE's condition is `bool.vec(n)`); a vector LOAD reads the `n`
 consecutive elements starting at `index` (all or none, by the scalar `valid`); a vector STORE writes
 them; a vector DEFINE_ACC holds one accumulator per lane. `IRBuilder` (codegen/builder.py) only
-emits a vector ALU op that the renderer lists in `RendererOptions.vector_ops` / `vector_casts` (integer DIV/MOD on vectors only
-with a CONST divisor that is neither 0 nor -1); any other op on vectors is split into lanes (GEP,
+emits a vector ALU op that the renderer lists in `RendererOptions.vector_ops` / `vector_casts`
+(integer DIV/MOD on vectors only with a CONST divisor that is neither 0 nor -1); any other op on vectors is split into lanes (GEP,
 scalar ops, VECTORIZE). Half floats (`float16`, `bfloat16`) are ordinary dtypes here; how they are
 stored and rounded per op is the renderer's business.
 """
