@@ -27,9 +27,9 @@ operand has the same lane count; WHERE's condition is `bool.vec(n)`); a vector L
 consecutive elements starting at `index` (all or none, by the scalar `valid`); a vector STORE writes
 them; a vector DEFINE_ACC holds one accumulator per lane. `IRBuilder` (codegen/builder.py) only
 emits a vector ALU op that the renderer lists in `RendererOptions.vector_ops` / `vector_casts`
-(integer DIV/MOD on vectors only with a CONST divisor that is neither 0 nor -1); any other op on vectors is split into lanes (GEP,
-scalar ops, VECTORIZE). Half floats (`float16`, `bfloat16`) are ordinary dtypes here; how they are
-stored and rounded per op is the renderer's business.
+(integer DIV/MOD on vectors only with a CONST divisor that is neither 0 nor -1); any other op on
+vectors is split into lanes (GEP, scalar ops, VECTORIZE). Half floats (`float16`, `bfloat16`) are
+ordinary dtypes here; how they are stored and rounded per op is the renderer's business.
 """
 from __future__ import annotations
 
