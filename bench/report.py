@@ -98,7 +98,8 @@ def detail_lines(result: dict[str, Any]) -> list[str]:
             growth = row.get("rss_growth_mb")
             lines.append(f"const_realizes on {row['device']} ({row['realizes']} realizes of a + c_i): "
                          f"{row['compiles']} kernels compiled, RSS growth "
-                         f"{'-' if growth is None else fmt(growth)} MB, {fmt(row['us_per_realize'])} µs per realize")
+                         f"{'-' if growth is None else fmt(growth)} MB, {fmt(row['us_per_realize'])} µs per realize; "
+                         f"a 3-op graph realized again: {fmt(row.get('repeat_realize_us', float('nan')))} µs")
         if row["workload"] == "sharded" and "speedup_threads1" in row:
             lines.append(sharded_line(row))
     return lines + [f"FAILED: {line}" for line in result.get("failures", [])]

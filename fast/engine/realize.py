@@ -37,9 +37,9 @@ from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
 from fast.device import Buffer, Device
 from fast.dtype import DType, dtypes
-from fast.engine import fusion
+from fast.engine import fusion, replay
 from fast.engine.programs import ProgramCache
-from fast.engine.schedule import CustomCall, ScheduleItem, lazy_buffers, plan_schedule
+from fast.engine.schedule import CustomCall, ScheduleItem, Step, lazy_buffers, plan_schedule
 from fast.lazy import LazyBuffer
 from fast.lazy_versions import assign_realized
 from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
@@ -310,9 +310,46 @@ def run_schedule(items: Sequence[ScheduleItem]) -> None:
 # ---------------------------------------------------------------- public helpers
 
 def realize(*buffers: Any) -> None:
-    """Run everything needed so the buffers (LazyBuffer or MultiLazyBuffer) hold values."""
+    """Run everything needed so the buffers (LazyBuffer or MultiLazyBuffer) hold values. A graph
+    whose structure was realized before replays its recorded schedule (engine/replay.py)."""
     start = time.perf_counter()
-    steps = plan_schedule(lazy_buffers(buffers))
+    outs = lazy_buffers(buffers)
+    signature, template = replay.prepare(outs)
+    if signature is not None and template is not None:
+        items = replay.instantiate(template, signature)
+        if config.get().debug >= 2 or dump_stages():
+            run_schedule(items)
+        else:
+            _replay_kernels(template, items)
+        for number in template.realized:
+            if signature.bases[number].realized is not None:
+                signature.bases[number].srcs = ()
+    else:
+        steps = _schedule_and_run(outs)
+        items = [step.item for step in steps]
+        if signature is not None and (recorded := replay.record(signature, steps)) is not None:
+            replay.TEMPLATES.store(signature.key, recorded)
+    if config.get().debug >= 1 and items:
+        kernels = sum(item.ast.op is KernelOps.SINK for item in items)
+        print(f"realize: {len(items)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+
+
+def _replay_kernels(template: replay.Template, items: list[ScheduleItem]) -> None:
+    """Run replayed kernel items with the kernels found on the template's first replay (one device,
+    constants fixed by the key: nothing to look up again)."""
+    if not template.kernels:
+        template.kernels.extend(get_kernel(item.bufs[0].device, item.ast) for item in items)
+    for item, (kernel, constants) in zip(items, template.kernels, strict=True):
+        for buffer in item.outputs:
+            buffer.allocate()
+        program = kernel.program
+        launch(kernel.runner, [buffer.handle for buffer in item.bufs], constants, program.threaded,
+               program.mem_bytes + program.flops)
+
+
+def _schedule_and_run(outs: list[LazyBuffer]) -> list[Step]:
+    """Schedule `outs`, run the items, do the assign bookkeeping and drop realized bases' sources."""
+    steps = plan_schedule(outs)
     items = [step.item for step in steps]
     run_schedule(items)
     assigned = {id(step.owner): step.owner for step in steps if step.item.assign and step.owner.op is LoadOps.ASSIGN}
@@ -322,9 +359,7 @@ def realize(*buffers: Any) -> None:
         for owner in step.owners:
             if owner.realized is not None:
                 owner.srcs = ()  # the graph below a realized base can be freed; `op` stays
-    if config.get().debug >= 1 and items:
-        kernels = sum(item.ast.op is KernelOps.SINK for item in items)
-        print(f"realize: {len(items)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+    return steps
 
 
 def _readable_on_host(lb: LazyBuffer) -> LazyBuffer:

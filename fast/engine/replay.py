@@ -1,0 +1,168 @@
+"""Schedule replay: realizing a graph whose structure equals one realized before (over other buffers)
+skips fusion and scheduling and runs the recorded kernels with this graph's buffers.
+
+What may be replayed (`signature` returns None otherwise, and the graph is scheduled as usual):
+every unrealized base is an elementwise op, a reduce or a constant, not forced to realize, on a
+compute device, with integer shapes; every other base it reads is realized. No assign, copy, view,
+custom or contiguous op takes part, so no buffer version or aliasing decides anything; stale reads
+and stale outputs are checked exactly as the scheduler checks them.
+
+The key (`Signature.key`) holds, per unrealized base in a fixed walk order: op, arg (constants by
+their bits), dtype, shape, device and, per source, whether it is an unrealized base (by number) or
+a realized one (by number among the distinct realized bases) and the view it is read through; plus
+the outputs' views and the configuration. Equal keys give equal fusion decisions and equal kernel
+ASTs, so the recorded items, with each buffer replaced by the same-numbered base's buffer, are the
+schedule of the new graph. The cache is a small LRU (`MAX_TEMPLATES`).
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fast import config
+from fast.device import Buffer
+from fast.engine.schedule import ScheduleItem, Step, check_stale_outputs
+from fast.lazy import LazyBuffer
+from fast.ops import BinaryOps, KernelOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+
+MAX_TEMPLATES = 256
+_ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
+
+
+@dataclass(frozen=True)
+class Signature:
+    key: tuple[Any, ...]
+    bases: list[LazyBuffer]  # unrealized bases, sources first
+    leaves: list[LazyBuffer]  # realized bases read, in first-read order
+
+
+@dataclass(frozen=True)
+class Template:
+    """Recorded items: each buffer as ("base", n) or ("leaf", k); `realized`: the numbers of the
+    bases the items realize (their sources are dropped after the run, as `realize` does)."""
+
+    items: tuple[tuple[Any, tuple[tuple[str, int], ...]], ...]
+    realized: tuple[int, ...]
+    kernels: list[Any] = field(default_factory=list, compare=False)  # per item, found on first replay
+
+
+def _arg_key(base: LazyBuffer) -> Any:
+    arg = base.arg
+    if isinstance(arg, float):
+        return ("f", struct.pack("<d", arg))
+    return (type(arg).__name__, arg) if base.op is LoadOps.CONST else arg
+
+
+def _replayable(base: LazyBuffer) -> bool:
+    op = base.op
+    return (isinstance(op, (*_ELEMENTWISE, ReduceOps)) or op is LoadOps.CONST) and not base.forced_realize \
+        and not base.device.startswith("DISK") and all(isinstance(size, int) for size in base.shape)
+
+
+def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
+    """The structure of the graph below `outs`, or None when it may not be replayed."""
+    numbers: dict[int, int] = {}
+    leaf_numbers: dict[int, int] = {}
+    bases: list[LazyBuffer] = []
+    leaves: list[LazyBuffer] = []
+    entries: list[tuple[Any, ...]] = []
+    stack: list[tuple[LazyBuffer, bool]] = [(out.base, False) for out in reversed(outs)]
+    while stack:
+        base, expanded = stack.pop()
+        if id(base) in numbers:
+            continue
+        if not expanded:
+            if base.realized is not None or not _replayable(base) or base.stale_reads():
+                return None
+            stack.append((base, True))
+            stack.extend((src.base, False) for src in reversed(base.srcs) if src.base.realized is None)
+            continue
+        refs: list[tuple[Any, ...]] = []
+        for src in base.srcs:
+            source = src.base
+            if source.realized is None:
+                refs.append(("b", numbers[id(source)], src.st))
+            else:
+                if id(source) not in leaf_numbers:
+                    leaf_numbers[id(source)] = len(leaves)
+                    leaves.append(source)
+                refs.append(("l", leaf_numbers[id(source)], src.st, source.dtype, source.device))
+        numbers[id(base)] = len(bases)
+        bases.append(base)
+        entries.append((base.op, _arg_key(base), base.dtype, base.shape, base.device, tuple(refs)))
+    if any(out.base.realized is not None for out in outs):
+        return None
+    outputs = tuple((numbers[id(out.base)], out.st) for out in outs)
+    return Signature((tuple(entries), outputs, config.get()), bases, leaves)
+
+
+def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
+    """The template of `steps` (the schedule of the graph of `sig`), or None when it holds anything
+    but kernels over the graph's own buffers."""
+    where: dict[int, tuple[str, int]] = {}
+    for number, base in enumerate(sig.bases):
+        if base.realized is not None:
+            where[id(base.realized)] = ("base", number)
+    for number, leaf in enumerate(sig.leaves):
+        where[id(leaf.realized)] = ("leaf", number)
+    numbers = {id(base): number for number, base in enumerate(sig.bases)}
+    items: list[tuple[Any, tuple[tuple[str, int], ...]]] = []
+    realized: list[int] = []
+    for step in steps:
+        item = step.item
+        if item.ast.op is not KernelOps.SINK or item.assign or item.var_vals \
+                or any(id(buffer) not in where for buffer in item.bufs):
+            return None
+        items.append((item.ast, tuple(where[id(buffer)] for buffer in item.bufs)))
+        realized.extend(numbers[id(owner)] for owner in step.owners if id(owner) in numbers)
+    return Template(tuple(items), tuple(realized))
+
+
+def instantiate(template: Template, sig: Signature) -> list[ScheduleItem]:
+    """The template's items over the buffers of the graph of `sig`."""
+    def buffer(ref: tuple[str, int]) -> Buffer:
+        kind, number = ref
+        found = sig.bases[number].buffer if kind == "base" else sig.leaves[number].realized
+        assert found is not None  # noqa: S101 - leaves are realized (checked by `signature`)
+        return found
+
+    return [ScheduleItem(ast, tuple(buffer(ref) for ref in refs)) for ast, refs in template.items]
+
+
+class TemplateCache(OrderedDict[tuple[Any, ...], Template]):
+    """Least recently used templates, at most MAX_TEMPLATES (a lock: lanes may realize concurrently)."""
+
+    lock = threading.Lock()
+
+    def lookup(self, key: tuple[Any, ...]) -> Template | None:
+        with self.lock:
+            template = self.get(key)
+            if template is not None:
+                self.move_to_end(key)
+            return template
+
+    def store(self, key: tuple[Any, ...], template: Template) -> None:
+        with self.lock:
+            self[key] = template
+            self.move_to_end(key)
+            while len(self) > MAX_TEMPLATES:
+                self.popitem(last=False)
+
+
+TEMPLATES = TemplateCache()
+
+
+def prepare(outs: Sequence[LazyBuffer]) -> tuple[Signature | None, Template | None]:
+    """(signature, template) for a replayable graph seen before, (signature, None) for one to
+    schedule and `record`, (None, None) for one that is never replayed."""
+    sig = signature(outs)
+    if sig is None:
+        return None, None
+    template = TEMPLATES.lookup(sig.key)
+    if template is not None:
+        check_stale_outputs(outs)
+    return sig, template

@@ -1,0 +1,125 @@
+"""Schedule replay (fast/engine/replay.py): a graph whose structure was realized before skips
+scheduling, runs on its own buffers, and nothing stale is ever replayed."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import fast
+from fast import BinaryOps, ReduceOps, config, from_numpy, realize, to_numpy
+from fast.engine import replay
+
+realize_module = importlib.import_module("fast.engine.realize")  # the module (fast.engine.realize is also a function)
+
+RNG = np.random.default_rng(3)
+STALE = "assign has since overwritten"
+
+
+@pytest.fixture
+def schedules(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the graphs that go through the scheduler (the rest were replayed)."""
+    calls: list[int] = []
+    original = realize_module.plan_schedule
+
+    def counting(outs):  # type: ignore[no-untyped-def]
+        steps = original(outs)
+        if steps:  # to_numpy's second realize of a realized buffer schedules nothing
+            calls.append(len(outs))
+        return steps
+
+    monkeypatch.setattr(realize_module, "plan_schedule", counting)
+    replay.TEMPLATES.clear()
+    return calls
+
+
+def graph(x: fast.LazyBuffer, y: fast.LazyBuffer) -> fast.LazyBuffer:
+    return x.e(BinaryOps.MUL, y).e(BinaryOps.ADD, x).r(ReduceOps.SUM, (1,))
+
+
+@pytest.mark.parametrize("device", ["CLANG", "LLVM"])
+def test_same_structure_over_other_buffers_is_replayed(schedules: list[int], device: str) -> None:
+    for round_number in range(4):  # noqa: B007 - named for the failure message
+        a, b = (RNG.standard_normal((5, 33)).astype(np.float32) for _ in range(2))
+        out = graph(from_numpy(a, device), from_numpy(b, device))
+        np.testing.assert_allclose(to_numpy(out), (a * b + a).sum(1, keepdims=True), rtol=1e-5, atol=1e-5)
+        assert len(schedules) == 1, round_number  # scheduled once, then replayed
+
+
+def test_another_constant_another_structure(schedules: list[int]) -> None:
+    a = RNG.standard_normal((4, 8)).astype(np.float32)
+    x = from_numpy(a, "CLANG")
+    for constant in (2.0, 3.0, 2.0):
+        out = x.e(BinaryOps.MUL, x.const(constant))
+        np.testing.assert_array_equal(to_numpy(out), a * np.float32(constant))
+        del out
+    assert len(schedules) == 2  # 2.0 scheduled, 3.0 scheduled, 2.0 replayed
+
+
+def test_one_input_twice_is_not_two_inputs(schedules: list[int]) -> None:
+    a, b = (RNG.standard_normal((3, 6)).astype(np.float32) for _ in range(2))
+    x, y = from_numpy(a, "CLANG"), from_numpy(b, "CLANG")
+    np.testing.assert_allclose(to_numpy(graph(x, y)), (a * b + a).sum(1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(graph(y, y)), (b * b + b).sum(1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(graph(x, x)), (a * a + a).sum(1, keepdims=True), rtol=1e-6)
+    assert len(schedules) == 3 - 1  # (y, y) and (x, x) share a structure; (x, y) has another
+
+
+def test_a_realized_intermediate_changes_the_structure(schedules: list[int]) -> None:
+    a = RNG.standard_normal((4, 4)).astype(np.float32)
+    x = from_numpy(a, "CLANG")
+    lazy_product = x.e(BinaryOps.MUL, x)
+    np.testing.assert_allclose(to_numpy(lazy_product.e(BinaryOps.ADD, x)), a * a + a, rtol=1e-6)
+    product = x.e(BinaryOps.MUL, x.const(1.5))
+    realize(product)
+    np.testing.assert_allclose(to_numpy(product.e(BinaryOps.ADD, x)), a * 1.5 + a, rtol=1e-6)
+
+
+def test_assigns_are_never_replayed_and_stale_reads_still_raise(schedules: list[int]) -> None:
+    values = np.array([1, 2, 3], np.int32)
+    for _ in range(2):
+        t = from_numpy(values, "CLANG")
+        realize(t.assign(t.e(BinaryOps.ADD, t)))
+        assert to_numpy(t).tolist() == [2, 4, 6]
+    assert replay.signature([from_numpy(values, "CLANG").contiguous()]) is None
+    fresh = from_numpy(values, "CLANG")
+    realize(fresh.reshape((3, 1)).e(BinaryOps.MUL, fresh.reshape((3, 1))))  # records this structure
+    t = from_numpy(values, "CLANG")
+    view = t.reshape((3, 1))
+    stale = view.e(BinaryOps.MUL, view)
+    realize(t.assign(t.const(7)))
+    with pytest.raises(RuntimeError, match=STALE):
+        realize(stale)
+
+
+def test_configuration_is_part_of_the_key(schedules: list[int]) -> None:
+    a = RNG.standard_normal((8, 16)).astype(np.float32)
+    x = from_numpy(a, "CLANG")
+    for noopt in (False, True, False):
+        with config.override(noopt=noopt):
+            np.testing.assert_allclose(to_numpy(graph(x, x)), (a * a + a).sum(1, keepdims=True), rtol=1e-5)
+    assert len(schedules) == 2
+
+
+def test_several_outputs_and_row_kernels_replay(schedules: list[int]) -> None:
+    for _ in range(3):
+        a = RNG.standard_normal((6, 40)).astype(np.float32)
+        x = from_numpy(a, "CLANG")
+        total, largest = x.r(ReduceOps.SUM, (1,)), x.r(ReduceOps.MAX, (1,))
+        row = x.e(BinaryOps.SUB, largest.expand((6, 40))).r(ReduceOps.SUM, (1,))
+        realize(total, largest, row)
+        np.testing.assert_allclose(to_numpy(total), a.sum(1, keepdims=True), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(to_numpy(largest), a.max(1, keepdims=True))
+        np.testing.assert_allclose(to_numpy(row), (a - a.max(1, keepdims=True)).sum(1, keepdims=True), rtol=1e-5,
+                                   atol=1e-4)
+    assert schedules.count(3) == 1
+
+
+def test_replay_prints_debug_lines(schedules: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    x = from_numpy(np.ones((2, 3), np.float32), "CLANG")
+    realize(graph(x, x))
+    with config.override(debug=2):
+        realize(graph(from_numpy(np.ones((2, 3), np.float32), "CLANG"), x))
+        realize(graph(from_numpy(np.ones((2, 3), np.float32), "CLANG"), x))
+    assert len(schedules) == 2 and capsys.readouterr().out.count("***") == 2
