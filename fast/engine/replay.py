@@ -35,7 +35,7 @@ _ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
 
 @dataclass(frozen=True)
 class Signature:
-    key: tuple[Any, ...]
+    key: Key
     bases: list[LazyBuffer]  # unrealized bases, sources first
     leaves: list[LazyBuffer]  # realized bases read, in first-read order
 
@@ -63,6 +63,38 @@ def _replayable(base: LazyBuffer) -> bool:
         and not base.device.startswith("DISK") and all(isinstance(size, int) for size in base.shape)
 
 
+class Key:
+    """A signature key whose hash is computed once (tuples rehash every element on every lookup)."""
+
+    __slots__ = ("parts", "hashed")
+
+    def __init__(self, parts: tuple[Any, ...]) -> None:
+        self.parts, self.hashed = parts, hash(parts)
+
+    def __hash__(self) -> int:
+        return self.hashed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Key) and self.hashed == other.hashed and self.parts == other.parts
+
+
+def _refs(base: LazyBuffer, numbers: dict[int, int], leaf_numbers: dict[int, int],
+          leaves: list[LazyBuffer]) -> tuple[tuple[Any, ...], ...]:
+    """How `base` reads each source: ("b", number, view) or ("l", leaf number, view, dtype, device)."""
+    refs: list[tuple[Any, ...]] = []
+    for src in base.srcs:
+        source = src.base
+        number = numbers.get(id(source))
+        if number is not None:
+            refs.append(("b", number, src.st))
+            continue
+        if id(source) not in leaf_numbers:
+            leaf_numbers[id(source)] = len(leaves)
+            leaves.append(source)
+        refs.append(("l", leaf_numbers[id(source)], src.st, source.dtype, source.device))
+    return tuple(refs)
+
+
 def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
     """The structure of the graph below `outs`, or None when it may not be replayed."""
     numbers: dict[int, int] = {}
@@ -81,23 +113,12 @@ def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
             stack.append((base, True))
             stack.extend((src.base, False) for src in reversed(base.srcs) if src.base.realized is None)
             continue
-        refs: list[tuple[Any, ...]] = []
-        for src in base.srcs:
-            source = src.base
-            if source.realized is None:
-                refs.append(("b", numbers[id(source)], src.st))
-            else:
-                if id(source) not in leaf_numbers:
-                    leaf_numbers[id(source)] = len(leaves)
-                    leaves.append(source)
-                refs.append(("l", leaf_numbers[id(source)], src.st, source.dtype, source.device))
+        refs = _refs(base, numbers, leaf_numbers, leaves)
         numbers[id(base)] = len(bases)
         bases.append(base)
-        entries.append((base.op, _arg_key(base), base.dtype, base.shape, base.device, tuple(refs)))
-    if any(out.base.realized is not None for out in outs):
-        return None
+        entries.append((base.op, _arg_key(base), base.dtype, base.shape, base.device, refs))
     outputs = tuple((numbers[id(out.base)], out.st) for out in outs)
-    return Signature((tuple(entries), outputs, config.get()), bases, leaves)
+    return Signature(Key((tuple(entries), outputs, config.get())), bases, leaves)
 
 
 def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
@@ -133,19 +154,19 @@ def instantiate(template: Template, sig: Signature) -> list[ScheduleItem]:
     return [ScheduleItem(ast, tuple(buffer(ref) for ref in refs)) for ast, refs in template.items]
 
 
-class TemplateCache(OrderedDict[tuple[Any, ...], Template]):
+class TemplateCache(OrderedDict[Any, Template]):
     """Least recently used templates, at most MAX_TEMPLATES (a lock: lanes may realize concurrently)."""
 
     lock = threading.Lock()
 
-    def lookup(self, key: tuple[Any, ...]) -> Template | None:
+    def lookup(self, key: Any) -> Template | None:
         with self.lock:
             template = self.get(key)
             if template is not None:
                 self.move_to_end(key)
             return template
 
-    def store(self, key: tuple[Any, ...], template: Template) -> None:
+    def store(self, key: Any, template: Template) -> None:
         with self.lock:
             self[key] = template
             self.move_to_end(key)
