@@ -40,7 +40,7 @@ def graph(x: fast.LazyBuffer, y: fast.LazyBuffer) -> fast.LazyBuffer:
 
 @pytest.mark.parametrize("device", ["CLANG", "LLVM"])
 def test_same_structure_over_other_buffers_is_replayed(schedules: list[int], device: str) -> None:
-    for round_number in range(4):  # noqa: B007 - named for the failure message
+    for round_number in range(4):
         a, b = (RNG.standard_normal((5, 33)).astype(np.float32) for _ in range(2))
         out = graph(from_numpy(a, device), from_numpy(b, device))
         np.testing.assert_allclose(to_numpy(out), (a * b + a).sum(1, keepdims=True), rtol=1e-5, atol=1e-5)
