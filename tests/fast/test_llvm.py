@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
+from kernel_values import edge_values, from_storage, to_storage  # noqa: E402
+
 import fast  # noqa: E402
 from fast import BinaryOps, ReduceOps, TernaryOps, UnaryOps, config, dtypes  # noqa: E402
 from fast.codegen import lower, verify  # noqa: E402
@@ -24,10 +26,8 @@ from fast.ops import (  # noqa: E402
     KernelOps,
     LazyOp,
     MemBuffer,
-    bfloat16_bits_to_float,
     cast_const,
     exec_alu,
-    float32_to_bfloat16_bits,
     normalize_const,
     supports,
 )
@@ -39,9 +39,6 @@ from fast.shape.symbolic import Variable  # noqa: E402
 from fast.shape.view import View  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-FLOAT_EDGES = [0.0, -0.0, 1.0, -1.0, 1.5, -2.5, 3.0, 0.1, 1e-3, 65504.0, 70000.0, 1e30, -1e30, 1e-40, 6e-8,
-               3.3e38, 1e300, math.inf, -math.inf, math.nan, 2.0**-24, 127.9, -128.9, 255.5, 4294967295.0, -0.5,
-               2.0**63, -(2.0**63), 2.0**63 - 1024, 2.0**64, 2.0**64 - 2048, -2147483648.5]
 TRANSCENDENTAL = (UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN)
 ELEMENTWISE = [op for op in (*UnaryOps, *BinaryOps, *TernaryOps) if op not in (UnaryOps.CAST, UnaryOps.BITCAST)]
 F32, I32 = dtypes.float32, dtypes.int32
@@ -55,32 +52,6 @@ def devices(tmp_path_factory):
 
 
 # ---------------------------------------------------------------- helpers
-
-def edge_values(dtype: DType) -> list:
-    if dtype == dtypes.bool:
-        return [False, True]
-    if dtypes.is_int(dtype):
-        low, high = dtypes.min(dtype), dtypes.max(dtype)
-        raw = [0, 1, -1, 2, -2, 3, 7, -7, 100, -100, low, high, low + 1, high - 1]
-    else:
-        raw = FLOAT_EDGES
-    unique: dict[str, object] = {}
-    for value in raw:
-        unique.setdefault(repr(normalize_const(value, dtype)), normalize_const(value, dtype))
-    return list(unique.values())
-
-
-def to_storage(values: list, dtype: DType) -> np.ndarray:
-    if dtype == dtypes.bfloat16:
-        return np.array([float32_to_bfloat16_bits(v) for v in values], dtype=np.uint16)
-    return np.array(values, dtype=dtype.storage_np)
-
-
-def from_storage(array: np.ndarray, dtype: DType) -> list:
-    if dtype == dtypes.bfloat16:
-        return [bfloat16_bits_to_float(int(bits)) for bits in array]
-    return [x.item() for x in array]
-
 
 def close(got, want, dtype: DType, rel: float) -> bool:
     """Ground-truth equality: exact (NaNs equal) or, with `rel`, within a relative tolerance."""

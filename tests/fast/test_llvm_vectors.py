@@ -15,6 +15,9 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
+from kernel_values import edge_values as shared_edge_values  # noqa: E402
+from kernel_values import to_storage  # noqa: E402
+
 from fast import BinaryOps, TernaryOps, UnaryOps, dtypes  # noqa: E402
 from fast.codegen.builder import IRBuilder  # noqa: E402
 from fast.codegen.ir import BufferInfo, IndexOps, IROps, LinearProgram, LoopKind, verify  # noqa: E402
@@ -42,17 +45,7 @@ def host_lanes(dtype: DType) -> int:
 
 
 def edge_values(dtype: DType) -> list:
-    if dtype == BOOL:
-        return [False, True]
-    if dtypes.is_int(dtype):
-        low, high = dtypes.min(dtype), dtypes.max(dtype)
-        raw = [0, 1, -1, 2, -2, 3, 7, -7, 100, -100, low, high, low + 1, high - 1, 2**24 + 1, 2**53 + 1]
-    else:
-        raw = FLOAT_EDGES
-    unique: dict[str, object] = {}
-    for value in raw:
-        unique.setdefault(repr(normalize_const(value, dtype)), normalize_const(value, dtype))
-    return list(unique.values())
+    return shared_edge_values(dtype, FLOAT_EDGES, (2**24 + 1, 2**53 + 1))
 
 
 def padded(values: list, lanes: int) -> list:
@@ -62,9 +55,7 @@ def padded(values: list, lanes: int) -> list:
 
 
 def storage(values: list, dtype: DType) -> np.ndarray:
-    if dtype == dtypes.bfloat16:
-        return np.array([float32_to_bfloat16_bits(float(v)) for v in values], np.uint16)
-    return np.array(values, dtype=dtype.storage_np)
+    return to_storage(values, dtype)
 
 
 def builder() -> IRBuilder:

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from kernel_values import edge_values, from_storage, to_storage
 
 from fast import config
 from fast.codegen import format_program, lower, verify
@@ -20,49 +21,14 @@ from fast.ops import (
     MemBuffer,
     TernaryOps,
     UnaryOps,
-    bfloat16_bits_to_float,
     bitcast_const,
     cast_const,
     exec_alu,
-    float32_to_bfloat16_bits,
-    normalize_const,
     supports,
 )
 from fast.runtime.clang import compile_flags, compiler_path, create
 from fast.runtime.launch import launch
 from fast.shape.shapetracker import ShapeTracker
-
-FLOAT_EDGES = [0.0, -0.0, 1.0, -1.0, 1.5, -2.5, 3.0, 0.1, 1e-3, 65504.0, 70000.0, 1e30, -1e30, 1e-40, 6e-8,
-               3.3e38, 1e300, math.inf, -math.inf, math.nan, 2.0**-24, 127.9, -128.9, 255.5, 4294967295.0, -0.5,
-               2.0**63, -(2.0**63), 2.0**63 - 1024, 2.0**64, 2.0**64 - 2048, -2147483648.5]
-
-
-def edge_values(dtype: DType) -> list:
-    """Edge values of `dtype`, normalised, without duplicates."""
-    if dtype == dtypes.bool:
-        return [False, True]
-    if dtypes.is_int(dtype):
-        low, high = dtypes.min(dtype), dtypes.max(dtype)
-        raw = [0, 1, -1, 2, -2, 3, 7, -7, 100, -100, low, high, low + 1, high - 1]
-    else:
-        raw = FLOAT_EDGES
-    seen: dict[str, object] = {}
-    for value in raw:
-        normal = normalize_const(value, dtype)
-        seen.setdefault(repr(normal), normal)
-    return list(seen.values())
-
-
-def to_storage(values: list, dtype: DType) -> np.ndarray:
-    if dtype == dtypes.bfloat16:
-        return np.array([float32_to_bfloat16_bits(v) for v in values], dtype=np.uint16)
-    return np.array(values, dtype=dtype.storage_np)
-
-
-def from_storage(array: np.ndarray, dtype: DType) -> list:
-    if dtype == dtypes.bfloat16:
-        return [bfloat16_bits_to_float(int(bits)) for bits in array]
-    return [x.item() for x in array]
 
 
 def same(got, want, dtype: DType, rel: float = 0.0) -> bool:
