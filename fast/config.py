@@ -42,6 +42,8 @@ class Config:
     parallel_devices: bool = True  # PARALLEL_DEVICES: items on different devices run concurrently (engine/parallel.py)
     parallel_devices_min_work: int = 1 << 20  # ... only when two devices' items each touch this many bytes
     program_cache_size: int = 1024  # PROGRAM_CACHE_SIZE: compiled kernels kept per process (LRU, engine/programs.py)
+    alloc_cache_mb: int = 1024  # ALLOC_CACHE_MB: freed host memory kept for reuse (runtime/host.py); 0: off
+    alloc_poison: bool = False  # ALLOC_POISON: fill memory handed out unzeroed with 0xFF bytes (debugging)
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
@@ -66,6 +68,8 @@ class Config:
             parallel_devices=bool(_int(env, "PARALLEL_DEVICES", 1)),
             parallel_devices_min_work=_int(env, "PARALLEL_DEVICES_MIN_WORK", 1 << 20),
             program_cache_size=_int(env, "PROGRAM_CACHE_SIZE", 1024),
+            alloc_cache_mb=_int(env, "ALLOC_CACHE_MB", 1024),
+            alloc_poison=bool(_int(env, "ALLOC_POISON", 0)),
         )
 
 

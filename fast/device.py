@@ -34,7 +34,7 @@ _NUMBERED = re.compile(r"(CLANG|LLVM|CUDA)(?::([0-9]+))?", re.ASCII)
 class Allocator(Protocol):
     """What `Buffer` needs from a device: raw memory handles."""
 
-    def alloc(self, nbytes: int) -> Any: ...
+    def alloc(self, nbytes: int, zeroed: bool = True) -> Any: ...
     def free(self, handle: Any, nbytes: int) -> None: ...
     def copyin(self, handle: Any, src: memoryview) -> None: ...
     def copyout(self, dest: memoryview, handle: Any) -> None: ...
@@ -180,8 +180,9 @@ class Buffer:
             raise RuntimeError(f"{self!r} is not allocated")
         return self._handle
 
-    def allocate(self) -> Buffer:
-        """Allocate (a view: allocate the base, then take a zero-copy sub-span). Idempotent."""
+    def allocate(self, zeroed: bool = True) -> Buffer:
+        """Allocate (a view: allocate the base, zero-filled, then take a zero-copy sub-span). Idempotent.
+        `zeroed=False`: the caller writes every byte before anything reads one (a kernel's output)."""
         if self._handle is not None:
             return self
         if self._base is not None:
@@ -190,7 +191,7 @@ class Buffer:
             self._handle = self._allocator.offset(self._base.handle, self.offset, self.nbytes)
             return self
         allocator = self._allocator = self.allocator
-        self._handle = allocator.alloc(self.nbytes)
+        self._handle = allocator.alloc(self.nbytes, zeroed)
         self._finalizer = weakref.finalize(self, _release, allocator, self._handle, self.nbytes)
         self._finalizer.atexit = False  # the process is ending: its memory goes with it
         return self
@@ -207,7 +208,7 @@ class Buffer:
         data = src.cast("B") if src.format != "B" or src.ndim != 1 else src
         if data.nbytes != self.nbytes:
             raise ValueError(f"Buffer.copyin: {data.nbytes} bytes given for a buffer of {self.nbytes}")
-        self.allocate()
+        self.allocate(zeroed=False)  # every byte is written next
         self.allocator.copyin(self.handle, data)
         return self
 

@@ -162,7 +162,7 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
         raise RuntimeError(f"run_schedule: {program.name} takes {program.const_slots} constants, got {len(constants)}")
     _require_allocated(item)
     for buffer in item.outputs:
-        buffer.allocate()
+        buffer.allocate(zeroed=False)  # a kernel writes every element of its outputs
     try:
         values = tuple(item.var_vals[variable] for variable in program.variables) + constants
     except KeyError as error:
@@ -184,7 +184,7 @@ def _run_copy(item: ScheduleItem) -> str:
     staging = np.empty(source.nbytes, dtype=np.uint8)
     if source.nbytes:
         source.copyout(staging.data)
-    destination.allocate()
+    destination.allocate(zeroed=False)
     if destination.nbytes:
         destination.copyin(staging.data)
     return f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
@@ -218,7 +218,7 @@ def _run_custom(item: ScheduleItem) -> str:
     with np.errstate(all="ignore"):
         call.fn(out, *inputs)
     data = to_storage(out, output.dtype).reshape(-1)
-    output.allocate()
+    output.allocate(zeroed=False)
     if output.nbytes:
         output.copyin(data.view(np.uint8).data)
     return f"custom {getattr(call.fn, '__name__', 'fn')} -> {call.out_shape}"
@@ -341,7 +341,7 @@ def _replay_kernels(template: replay.Template, items: list[ScheduleItem]) -> Non
         template.kernels.extend(get_kernel(item.bufs[0].device, item.ast) for item in items)
     for item, (kernel, constants) in zip(items, template.kernels, strict=True):
         for buffer in item.outputs:
-            buffer.allocate()
+            buffer.allocate(zeroed=False)
         program = kernel.program
         launch(kernel.runner, [buffer.handle for buffer in item.bufs], constants, program.threaded,
                program.mem_bytes + program.flops)

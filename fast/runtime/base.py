@@ -3,7 +3,8 @@
 `Compiled` values sharing one allocator, renderer, compiler and loader).
 
 Contracts:
-- `Allocator.alloc(nbytes) -> handle` (zero-filled, 64-byte aligned for host memory),
+- `Allocator.alloc(nbytes, zeroed=True) -> handle` (zero-filled unless `zeroed` is False, when the
+  caller overwrites every byte before reading any; 64-byte aligned for host memory: runtime/host.py),
   `free(handle, nbytes=None)`,
   `copyin(handle, src: memoryview)`, `copyout(dest: memoryview, handle)` (sizes must match exactly),
   `offset(handle, byte_offset, nbytes) -> handle`: a zero-copy view sharing the parent's memory.
@@ -27,8 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-
 from fast import config
 from fast.renderer.base import Renderer
 
@@ -37,7 +36,7 @@ class Allocator(ABC):
     """Device memory. Handles are opaque to callers; only the device's own programs read them."""
 
     @abstractmethod
-    def alloc(self, nbytes: int) -> Any: ...
+    def alloc(self, nbytes: int, zeroed: bool = True) -> Any: ...
 
     @abstractmethod
     def free(self, handle: Any, nbytes: int | None = None) -> None: ...
@@ -50,67 +49,6 @@ class Allocator(ABC):
 
     @abstractmethod
     def offset(self, handle: Any, byte_offset: int, nbytes: int) -> Any: ...
-
-
-@dataclass(eq=False)
-class HostMemory:
-    """`nbytes` of host memory at byte `start` of `owner`, the whole raw allocation (shared by every
-    view made with `offset`, so a view keeps the memory alive). `owner` is None once freed."""
-
-    owner: np.ndarray | None
-    start: int
-    nbytes: int
-
-    def window(self) -> np.ndarray:
-        if self.owner is None:
-            raise ValueError("HostMemory: buffer used after free")
-        return self.owner[self.start:self.start + self.nbytes]
-
-    @property
-    def address(self) -> int:
-        if self.owner is None:
-            raise ValueError("HostMemory: buffer used after free")
-        return int(self.owner.ctypes.data) + self.start
-
-
-class HostAllocator(Allocator):
-    """64-byte aligned, zero-filled host memory backed by numpy byte arrays."""
-
-    alignment = 64
-
-    def alloc(self, nbytes: int) -> HostMemory:
-        if not isinstance(nbytes, int) or nbytes < 0:
-            raise ValueError(f"alloc: nbytes must be a non-negative int, got {nbytes!r}")
-        raw = np.zeros(nbytes + self.alignment, dtype=np.uint8)
-        return HostMemory(raw, (-int(raw.ctypes.data)) % self.alignment, nbytes)
-
-    def free(self, handle: HostMemory, nbytes: int | None = None) -> None:
-        """Release the handle (its views keep the memory alive; `nbytes` is accepted and ignored)."""
-        handle.owner = None
-
-    def as_memoryview(self, handle: HostMemory) -> memoryview:
-        """Zero-copy byte view of the memory (host devices only)."""
-        return handle.window().data
-
-    def copyin(self, handle: HostMemory, src: memoryview) -> None:
-        source = memoryview(src).cast("B")
-        if source.nbytes != handle.nbytes:
-            raise ValueError(f"copyin: source has {source.nbytes} bytes, buffer has {handle.nbytes}")
-        self.as_memoryview(handle)[:] = source
-
-    def copyout(self, dest: memoryview, handle: HostMemory) -> None:
-        target = memoryview(dest).cast("B")
-        if target.nbytes != handle.nbytes:
-            raise ValueError(f"copyout: destination has {target.nbytes} bytes, buffer has {handle.nbytes}")
-        target[:] = self.as_memoryview(handle)
-
-    def offset(self, handle: HostMemory, byte_offset: int, nbytes: int) -> HostMemory:
-        if handle.owner is None:
-            raise ValueError("offset: buffer used after free")
-        if byte_offset < 0 or nbytes < 0 or byte_offset + nbytes > handle.nbytes:
-            raise ValueError(f"offset: bytes [{byte_offset}, {byte_offset + nbytes}) are outside a "
-                             f"{handle.nbytes}-byte buffer")
-        return HostMemory(handle.owner, handle.start + byte_offset, nbytes)
 
 
 class Program(Protocol):

@@ -53,7 +53,8 @@ from fast import config
 from fast.renderer.base import cpu_options
 from fast.renderer.c import CRenderer
 from fast.runtime import cpu
-from fast.runtime.base import Compiled, Compiler, HostAllocator, HostMemory, atomic_write
+from fast.runtime.base import Compiled, Compiler, atomic_write
+from fast.runtime.host import HostAllocator, HostMemory
 
 BASE_FLAGS: tuple[str, ...] = ("-std=c11", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 

@@ -111,7 +111,8 @@ class DiskAllocator(Allocator):
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def alloc(self, nbytes: int) -> DiskMemory:
+    def alloc(self, nbytes: int, zeroed: bool = True) -> DiskMemory:
+        """Map `nbytes` of the file (its bytes as they are on disk: `zeroed` does not apply)."""
         if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
             raise ValueError(f"alloc: nbytes must be a non-negative int, got {nbytes!r}")
         try:

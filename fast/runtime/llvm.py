@@ -33,7 +33,8 @@ from typing import Any
 from fast.renderer.base import cpu_options
 from fast.renderer.llvmir import LLVMIRRenderer
 from fast.runtime import cpu
-from fast.runtime.base import Compiled, Compiler, HostAllocator, HostMemory
+from fast.runtime.base import Compiled, Compiler
+from fast.runtime.host import HostAllocator, HostMemory
 
 try:
     import llvmlite

@@ -24,7 +24,7 @@ class FakeAllocator:
         self.allocated: list[int] = []
         self.freed: list[int] = []
 
-    def alloc(self, nbytes: int) -> tuple[np.ndarray, int, int]:
+    def alloc(self, nbytes: int, zeroed: bool = True) -> tuple[np.ndarray, int, int]:
         self.allocated.append(nbytes)
         return (np.zeros(nbytes, np.uint8), 0, nbytes)
 

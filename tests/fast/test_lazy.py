@@ -31,7 +31,7 @@ class NumpyAllocator:
     def __init__(self) -> None:
         self.freed: list[int] = []
 
-    def alloc(self, nbytes: int) -> np.ndarray: return np.zeros(nbytes, np.uint8)  # noqa: E704
+    def alloc(self, nbytes: int, zeroed: bool = True) -> np.ndarray: return np.zeros(nbytes, np.uint8)  # noqa: E704
     def free(self, handle: np.ndarray, nbytes: int) -> None: self.freed.append(nbytes)  # noqa: E704
     def copyin(self, handle: np.ndarray, src: memoryview) -> None: handle[:] = np.frombuffer(src, np.uint8)  # noqa: E704
     def copyout(self, dest: memoryview, handle: np.ndarray) -> None: dest[:] = handle.tobytes()  # noqa: E704

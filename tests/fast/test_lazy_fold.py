@@ -251,7 +251,7 @@ def test_masked_constants_are_not_plain_constants() -> None:
 class NumpyAllocator:
     """A fake device allocator: handles are numpy uint8 arrays, offsets are numpy views of them."""
 
-    def alloc(self, nbytes: int) -> np.ndarray: return np.zeros(nbytes, np.uint8)  # noqa: E704
+    def alloc(self, nbytes: int, zeroed: bool = True) -> np.ndarray: return np.zeros(nbytes, np.uint8)  # noqa: E704
     def free(self, handle: np.ndarray, nbytes: int) -> None: pass  # noqa: E704
     def copyin(self, handle: np.ndarray, src: memoryview) -> None: handle[:] = np.frombuffer(src, np.uint8)  # noqa: E704
     def copyout(self, dest: memoryview, handle: np.ndarray) -> None: dest[:] = handle.tobytes()  # noqa: E704

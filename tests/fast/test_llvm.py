@@ -32,7 +32,8 @@ from fast.ops import (  # noqa: E402
     supports,
 )
 from fast.runtime import clang, llvm  # noqa: E402
-from fast.runtime.base import COMPILE_COUNTER, HostAllocator  # noqa: E402
+from fast.runtime.base import COMPILE_COUNTER  # noqa: E402
+from fast.runtime.host import HostAllocator  # noqa: E402
 from fast.runtime.launch import launch
 from fast.shape.shapetracker import ShapeTracker  # noqa: E402
 from fast.shape.symbolic import Variable  # noqa: E402
@@ -458,7 +459,7 @@ from fast import config
 from fast.codegen import lower
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, MemBuffer
-from fast.runtime.base import HostMemory
+from fast.runtime.host import HostMemory
 from fast.runtime.llvm import create
 from fast.shape.shapetracker import ShapeTracker
 page = mmap.PAGESIZE

@@ -26,7 +26,7 @@ from fast.ops import cast_const, exec_alu, float32_to_bfloat16_bits, normalize_c
 from fast.renderer.base import CPU_VECTOR_CASTS, CPU_VECTOR_OPS, VECTOR_FLOATS, VECTOR_INTS, cpu_options  # noqa: E402
 from fast.renderer.llvmir import LLVMIRRenderer  # noqa: E402
 from fast.runtime import cpu, llvm  # noqa: E402
-from fast.runtime.base import HostAllocator  # noqa: E402
+from fast.runtime.host import HostAllocator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 I64, F32, F64, I32, BOOL = dtypes.int64, dtypes.float32, dtypes.float64, dtypes.int32, dtypes.bool
@@ -326,7 +326,7 @@ import numpy as np
 sys.path.insert(0, sys.argv[1])
 import test_llvm_vectors as t
 from fast.runtime import llvm
-from fast.runtime.base import HostAllocator, HostMemory
+from fast.runtime.host import HostAllocator, HostMemory
 lanes, groups, valid = t.host_lanes(t.F32), 4, 2
 page, size = mmap.PAGESIZE, valid * lanes * 4
 region = mmap.mmap(-1, 2 * page)

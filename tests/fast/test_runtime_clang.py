@@ -14,7 +14,7 @@ from fast.codegen import lower
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, MemBuffer
 from fast.runtime import clang, cpu
-from fast.runtime.base import COMPILE_COUNTER, Compiled, HostAllocator
+from fast.runtime.base import COMPILE_COUNTER, Compiled
 from fast.runtime.clang import (
     BASE_FLAGS,
     ClangCompiler,
@@ -24,6 +24,7 @@ from fast.runtime.clang import (
     create,
     is_gcc,
 )
+from fast.runtime.host import HostAllocator
 from fast.shape.shapetracker import ShapeTracker
 
 SOURCE = "#include <stdint.h>\nvoid add_one(int32_t* restrict data0, int64_t n) { for (int64_t i = 0; i < n; i++) " \

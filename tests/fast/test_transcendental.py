@@ -25,8 +25,8 @@ from fast.dtype import DType, dtypes
 from fast.ops import UnaryOps
 from fast.renderer.base import RendererOptions, cpu_options
 from fast.renderer.c import CRenderer
-from fast.runtime.base import HostAllocator
 from fast.runtime.clang import ClangCompiler, ClangProgram
+from fast.runtime.host import HostAllocator
 
 EXP2, LOG2, SIN = UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN
 F16, BF16, F32, F64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64

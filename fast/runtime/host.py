@@ -1,0 +1,155 @@
+"""Host memory for the CPU devices (CLANG, LLVM): 64-byte aligned numpy byte arrays, recycled.
+
+Why recycle: the first write to each 4 KiB page of a fresh large allocation takes a page fault (the
+kernel maps and zeroes the page), which costs about as much as the kernel's own pass over the memory.
+A loop that realizes same-sized results (every benchmark, every training step) would pay it on every
+output. So memory freed through `HostAllocator.free` goes to `RECYCLER`, a process-wide pool keyed by
+exact size, and a later `alloc` of that size takes it back instead of asking the OS.
+
+Invariants:
+- Only memory nothing else can reach is pooled: a freed allocation is kept only when no view
+  (`offset` handle) or other Python reference still holds its array (checked with the reference
+  count), so a pooled array is never visible to anyone while it is reused.
+- `alloc(nbytes)` (zeroed) is always zero-filled, pooled or fresh. `alloc(nbytes, zeroed=False)` may
+  hold old bytes; the engine asks for it only for buffers a kernel or copy overwrites entirely.
+  With `ALLOC_POISON=1` such memory is filled with 0xFF bytes (NaN, -1) to expose any reader.
+- The pool holds at most `ALLOC_CACHE_MB` megabytes (least recently freed dropped first); allocations
+  under `MIN_POOLED` bytes are not pooled (malloc already reuses small blocks cheaply).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from fast import config
+from fast.runtime.base import Allocator
+
+ALIGNMENT = 64
+MIN_POOLED = 1 << 16
+
+
+@dataclass(eq=False)
+class HostMemory:
+    """`nbytes` of host memory at byte `start` of `owner`, the whole raw allocation (shared by every
+    view made with `offset`, so a view keeps the memory alive). `owner` is None once freed."""
+
+    owner: np.ndarray | None
+    start: int
+    nbytes: int
+
+    def window(self) -> np.ndarray:
+        if self.owner is None:
+            raise ValueError("HostMemory: buffer used after free")
+        return self.owner[self.start:self.start + self.nbytes]
+
+    @property
+    def address(self) -> int:
+        if self.owner is None:
+            raise ValueError("HostMemory: buffer used after free")
+        return int(self.owner.ctypes.data) + self.start
+
+
+class Recycler:
+    """Freed raw arrays by size, least recently freed first; `held` bytes in all (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.pool: OrderedDict[int, list[np.ndarray]] = OrderedDict()
+        self.held = 0
+        self.lock = threading.Lock()
+
+    def take(self, size: int) -> np.ndarray | None:
+        """A pooled array of exactly `size` bytes, or None."""
+        with self.lock:
+            arrays = self.pool.get(size)
+            if not arrays:
+                return None
+            raw = arrays.pop()
+            if not arrays:
+                del self.pool[size]
+            self.held -= size
+            return raw
+
+    def keep(self, raw: np.ndarray, limit: int) -> None:
+        """Pool `raw`, then drop the least recently freed arrays until at most `limit` bytes are held."""
+        if raw.nbytes > limit:
+            return
+        with self.lock:
+            self.pool.setdefault(raw.nbytes, []).append(raw)
+            self.pool.move_to_end(raw.nbytes)
+            self.held += raw.nbytes
+            while self.held > limit:
+                size, arrays = next(iter(self.pool.items()))
+                arrays.pop(0)
+                self.held -= size
+                if not arrays:
+                    del self.pool[size]
+
+    def clear(self) -> None:
+        """Give every pooled array back to the OS."""
+        with self.lock:
+            self.pool.clear()
+            self.held = 0
+
+
+RECYCLER = Recycler()
+
+
+def _fresh(size: int, zeroed: bool) -> np.ndarray:
+    return np.zeros(size, dtype=np.uint8) if zeroed else np.empty(size, dtype=np.uint8)
+
+
+class HostAllocator(Allocator):
+    """64-byte aligned host memory backed by numpy byte arrays, recycled through `RECYCLER`."""
+
+    alignment = ALIGNMENT
+
+    def alloc(self, nbytes: int, zeroed: bool = True) -> HostMemory:
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+            raise ValueError(f"alloc: nbytes must be a non-negative int, got {nbytes!r}")
+        size = nbytes + self.alignment
+        settings = config.get()
+        raw = RECYCLER.take(size) if size >= MIN_POOLED else None
+        if raw is None:
+            raw = _fresh(size, zeroed)
+        elif zeroed:
+            raw.fill(0)
+        if not zeroed and settings.alloc_poison:
+            raw.fill(0xFF)
+        return HostMemory(raw, (-int(raw.ctypes.data)) % self.alignment, nbytes)
+
+    def free(self, handle: HostMemory, nbytes: int | None = None) -> None:
+        """Release the handle; its memory is pooled unless a view or anything else still holds it
+        (`nbytes` is accepted and ignored)."""
+        raw, handle.owner = handle.owner, None
+        if raw is None or raw.nbytes < MIN_POOLED:
+            return
+        if sys.getrefcount(raw) == 2:  # this frame's name and the call's argument: nobody else
+            RECYCLER.keep(raw, config.get().alloc_cache_mb << 20)
+
+    def as_memoryview(self, handle: HostMemory) -> memoryview:
+        """Zero-copy byte view of the memory (host devices only)."""
+        return handle.window().data
+
+    def copyin(self, handle: HostMemory, src: memoryview) -> None:
+        source = memoryview(src).cast("B")
+        if source.nbytes != handle.nbytes:
+            raise ValueError(f"copyin: source has {source.nbytes} bytes, buffer has {handle.nbytes}")
+        self.as_memoryview(handle)[:] = source
+
+    def copyout(self, dest: memoryview, handle: HostMemory) -> None:
+        target = memoryview(dest).cast("B")
+        if target.nbytes != handle.nbytes:
+            raise ValueError(f"copyout: destination has {target.nbytes} bytes, buffer has {handle.nbytes}")
+        target[:] = self.as_memoryview(handle)
+
+    def offset(self, handle: HostMemory, byte_offset: int, nbytes: int) -> HostMemory:
+        if handle.owner is None:
+            raise ValueError("offset: buffer used after free")
+        if byte_offset < 0 or nbytes < 0 or byte_offset + nbytes > handle.nbytes:
+            raise ValueError(f"offset: bytes [{byte_offset}, {byte_offset + nbytes}) are outside a "
+                             f"{handle.nbytes}-byte buffer")
+        return HostMemory(handle.owner, handle.start + byte_offset, nbytes)

@@ -1,0 +1,145 @@
+"""Host memory recycling (fast/runtime/host.py): freed allocations come back for the same size, zeroed
+when asked, never while a view still holds them; the pool stays within its budget; kernels never read
+the old bytes of an output they were handed unzeroed (checked with ALLOC_POISON on awkward views)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import fast
+from fast import BinaryOps, ReduceOps, config, from_numpy
+from fast.runtime.host import MIN_POOLED, RECYCLER, HostAllocator
+
+SIZE = MIN_POOLED * 2
+
+
+@pytest.fixture(autouse=True)
+def empty_pool() -> Iterator[None]:
+    """Each test starts and ends with an empty pool (tests in one process must not see each other's)."""
+    RECYCLER.clear()
+    yield
+    RECYCLER.clear()
+
+
+def test_freed_memory_is_reused_for_the_same_size() -> None:
+    allocator = HostAllocator()
+    first = allocator.alloc(SIZE)
+    address = first.address  # an int: holding the array itself would (rightly) keep it out of the pool
+    allocator.free(first)
+    assert first.owner is None
+    second = allocator.alloc(SIZE, zeroed=False)
+    assert second.address == address
+    assert second.address % allocator.alignment == 0
+    other = allocator.alloc(SIZE + 8)
+    assert other.address != address
+
+
+def test_memory_still_referenced_elsewhere_is_not_pooled() -> None:
+    allocator = HostAllocator()
+    handle = allocator.alloc(SIZE)
+    raw = handle.owner
+    allocator.free(handle)
+    assert RECYCLER.held == 0
+    assert raw is not None
+
+
+def test_reused_memory_is_zeroed_when_asked() -> None:
+    allocator = HostAllocator()
+    first = allocator.alloc(SIZE)
+    first.window()[:] = 7
+    allocator.free(first)
+    second = allocator.alloc(SIZE)
+    assert not second.window().any()
+
+
+def test_memory_held_by_a_view_is_not_pooled() -> None:
+    allocator = HostAllocator()
+    base = allocator.alloc(SIZE)
+    base.window()[:] = 5
+    view = allocator.offset(base, 64, 128)
+    allocator.free(base)
+    assert RECYCLER.held == 0
+    again = allocator.alloc(SIZE, zeroed=False)
+    again.window()[:] = 9
+    assert (view.window() == 5).all()
+
+
+def test_small_allocations_are_not_pooled() -> None:
+    allocator = HostAllocator()
+    allocator.free(allocator.alloc(16))
+    assert RECYCLER.held == 0
+
+
+def test_pool_stays_within_its_budget_dropping_the_oldest() -> None:
+    allocator = HostAllocator()
+    sizes = [(1 << 19) + index * 64 for index in range(3)]  # raw sizes; three do not fit in 1 MiB
+    handles = [allocator.alloc(size - allocator.alignment) for size in sizes]
+    with config.override(alloc_cache_mb=1):
+        for handle in handles:
+            allocator.free(handle)
+    assert RECYCLER.held <= 1 << 20
+    assert RECYCLER.take(sizes[0]) is None  # the least recently freed went first
+    assert RECYCLER.take(sizes[2]) is not None
+
+
+def test_budget_zero_turns_pooling_off() -> None:
+    allocator = HostAllocator()
+    with config.override(alloc_cache_mb=0):
+        allocator.free(allocator.alloc(SIZE))
+    assert RECYCLER.held == 0
+
+
+def test_poison_fills_unzeroed_memory() -> None:
+    allocator = HostAllocator()
+    with config.override(alloc_poison=True):
+        fresh = allocator.alloc(SIZE, zeroed=False)
+        zeroed = allocator.alloc(SIZE)
+    assert (fresh.window() == 0xFF).all()
+    assert not zeroed.window().any()
+
+
+def _realize(lb: fast.LazyBuffer) -> np.ndarray:
+    fast.realize(lb)
+    return fast.to_numpy(lb)
+
+
+@pytest.mark.parametrize("device", ["CLANG", "LLVM"])
+def test_outputs_overwrite_recycled_poisoned_memory(device: str) -> None:
+    """Each graph's output reuses the poisoned memory of the one before (same byte size): masked pads,
+    flipped and strided views, column sums chunked over rows, prime sizes."""
+    rng = np.random.default_rng(3)
+    rows, columns = 131, 257  # primes: vector tails everywhere
+    x = rng.standard_normal((rows, columns)).astype(np.float32)
+    lb = from_numpy(x, device)
+    fast.realize(lb)
+    cases = [
+        (lambda: lb.e(BinaryOps.ADD, lb), lambda: x + x),
+        (lambda: lb.shrink(((1, rows), (0, columns))).pad(((0, 1), (0, 0))), lambda: np.pad(x[1:], ((0, 1), (0, 0)))),
+        (lambda: lb.stride((-1, 1)).e(BinaryOps.MUL, lb), lambda: x[::-1] * x),
+        (lambda: lb.permute((1, 0)).contiguous(), lambda: np.ascontiguousarray(x.T)),
+        (lambda: lb.r(ReduceOps.SUM, (0,)).expand((rows, columns)).contiguous(),
+         lambda: np.broadcast_to(x.sum(0), x.shape)),
+        (lambda: lb.r(ReduceOps.MAX, (1,)).expand((rows, columns)).e(BinaryOps.SUB, lb),
+         lambda: x.max(1, keepdims=True) - x),
+    ]
+    with config.override(alloc_poison=True):
+        for build, want in cases:
+            out = build()
+            got = _realize(out)
+            np.testing.assert_allclose(got, want(), rtol=1e-5, atol=1e-5)
+            del out
+
+
+def test_repeated_realize_reuses_the_dropped_output() -> None:
+    x = from_numpy(np.arange(1 << 16, dtype=np.float32), "CLANG")
+    fast.realize(x)
+    first = x.e(BinaryOps.MUL, x)
+    fast.realize(first)
+    address = first.buffer.handle.address
+    del first
+    second = x.e(BinaryOps.ADD, x)
+    fast.realize(second)
+    assert second.buffer.handle.address == address
+    np.testing.assert_array_equal(fast.to_numpy(second), np.arange(1 << 16, dtype=np.float32) * 2)
