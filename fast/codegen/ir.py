@@ -101,7 +101,10 @@ class LinearProgram:
     the kernel then runs only its share of the outermost GLOBAL loop, so launching it once per core
     value covers every output exactly once, and the values do not depend on `cores`.
     `const_slots`: the `const_slots` var_names right after the shape variables carry the bit
-    patterns of the kernel's constants (codegen/const_args.py); 0 when constants are inline."""
+    patterns of the kernel's constants (codegen/const_args.py); 0 when constants are inline.
+    `streamed`: output buffers that the kernel never loads and whose vector STOREs may bypass the
+    caches (non-temporal); a renderer that streams them ends the kernel with a store fence
+    (codegen/streaming.py). Which values land where never depends on it."""
 
     name: str
     instrs: tuple[Instr, ...]
@@ -112,6 +115,7 @@ class LinearProgram:
     mem_bytes: int = 0
     threaded: bool = False
     const_slots: int = 0
+    streamed: frozenset[int] = frozenset()
 
 
 class IRError(ValueError):
@@ -169,7 +173,7 @@ def format_instr(number: int, instr: Instr) -> str:
 def format_program(program: LinearProgram) -> str:
     """Readable text: a header with the buffers, then one instruction per line, indented by loop."""
     bufs = ", ".join(f"data{b.idx}:{b.dtype.name}[{b.size}]{' out' if b.is_output else ''}"
-                     for b in program.buffers)
+                     f"{' streamed' if b.idx in program.streamed else ''}" for b in program.buffers)
     lines = [f"kernel {program.name}({bufs}{''.join(', ' + v for v in program.var_names)})"
              f"  flops~{program.flops} bytes~{program.mem_bytes}"]
     depth = 1

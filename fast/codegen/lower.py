@@ -42,6 +42,7 @@ from fast.codegen.ir import (
     verify,
 )
 from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
+from fast.codegen.streaming import streamed_buffers
 from fast.dtype import DType, dtypes
 from fast.ops import (
     BinaryOps,
@@ -408,8 +409,10 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     lowering.run()
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
     names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if lowering.threaded else ())
-    program = LinearProgram(kernel_name(info), eliminate_dead_code(tuple(lowering.builder.instrs)), info.buffers,
-                            names, info.variables, flops, mem_bytes, lowering.threaded, len(consts))
+    instrs = eliminate_dead_code(tuple(lowering.builder.instrs))
+    program = LinearProgram(kernel_name(info), instrs, info.buffers, names, info.variables, flops, mem_bytes,
+                            lowering.threaded, len(consts),
+                            streamed_buffers(instrs, info.buffers, options.stream_min_bytes))
     if config.get().debug >= 3:
         verify(program)
     return program

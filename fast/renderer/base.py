@@ -53,6 +53,8 @@ class RendererOptions:
     - `max_unrolled_bodies`: cap on the number of copies of the kernel body (upcast x unroll).
     - `supports_threads`: the kernel takes two extra int64 parameters `core, cores` and runs only
       its share of the outermost GLOBAL loop (fast/codegen/lower.py); the runtime splits the launch.
+    - `stream_min_bytes`: outputs of at least this many bytes that a kernel only writes get
+      non-temporal vector stores (codegen/streaming.py); 0: the renderer has none.
     """
 
     vector_bytes: int = 0
@@ -63,6 +65,7 @@ class RendererOptions:
     max_unroll: int = 8
     max_unrolled_bodies: int = 32
     supports_threads: bool = False
+    stream_min_bytes: int = 0
 
     @property
     def supports_vectors(self) -> bool:
@@ -75,12 +78,14 @@ class RendererOptions:
         return self.vector_bytes // dtype.itemsize
 
 
-def cpu_options(vector_bytes: int, threads: bool = True) -> RendererOptions:
-    """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes."""
+def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0) -> RendererOptions:
+    """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes
+    (`stream_min_bytes`: see RendererOptions; only for hosts with non-temporal vector stores)."""
     return RendererOptions(vector_bytes=vector_bytes, vector_ops=CPU_VECTOR_OPS if vector_bytes else frozenset(),
                            vector_casts=CPU_VECTOR_CASTS if vector_bytes else frozenset(),
                            vector_memory=frozenset(VECTOR_FLOATS + VECTOR_INTS) if vector_bytes else frozenset(),
-                           max_upcast=4, max_unroll=8, supports_threads=threads)
+                           max_upcast=4, max_unroll=8, supports_threads=threads,
+                           stream_min_bytes=stream_min_bytes if vector_bytes else 0)
 
 
 class Renderer(ABC):

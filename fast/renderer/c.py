@@ -138,8 +138,9 @@ def render_const(value: ConstType, dtype: DType) -> str:
 class _Kernel:
     """Renders one program; `helpers` collects the helper functions the body needs."""
 
-    def __init__(self, program: LinearProgram) -> None:
-        self.program = program
+    def __init__(self, program: LinearProgram, register_bytes: int = 0) -> None:
+        self.program, self.register_bytes = program, register_bytes
+        self.streams = 0  # non-temporal stores emitted: the kernel then ends with a store fence
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
         self.lines: list[str] = []
@@ -273,10 +274,7 @@ class _Kernel:
         if op is IROps.ENDLOOP:
             return "}"
         if op is IROps.STORE:
-            value_type: DType = types[1]  # type: ignore[assignment]
-            target = f"data{instr.arg}[{a[0]}] = {a[1]};" if value_type.count == 1 \
-                else self.vectors.store(value_type, f"&data{instr.arg}[{a[0]}]", a[1])
-            return f"if ({a[2]}) {target}" if len(a) == 3 else target
+            return self.store(instr, types[1], a)  # type: ignore[arg-type]
         if op is IROps.ASSIGN:
             return f"{a[0]} = {a[1]};"
         if op is IROps.DEFINE_ACC:
@@ -288,6 +286,17 @@ class _Kernel:
         expr = self.expression(instr, types, a)  # type: ignore[arg-type]
         self.names[number] = name
         return f"const {self.ctype(instr.dtype)} {name} = {expr};"  # type: ignore[arg-type]
+
+    def store(self, instr: Instr, value_type: DType, a: list[str]) -> str:
+        """A STORE: scalar, vector, or streamed vector (codegen/streaming.py), under its `valid`."""
+        pointer = f"&data{instr.arg}[{a[0]}]"
+        target = f"data{instr.arg}[{a[0]}] = {a[1]};" if value_type.count == 1 else None
+        if target is None and instr.arg in self.program.streamed:
+            target = self.vectors.stream(value_type, pointer, a[1], self.register_bytes)
+            self.streams += target is not None
+        if target is None:
+            target = self.vectors.store(value_type, pointer, a[1])
+        return f"if ({a[2]}) {target}" if len(a) == 3 else target
 
     def expression(self, instr: Instr, types: list[DType], a: list[str]) -> str:
         """The C expression of a value instruction (LOAD, INDEX, ALU, VECTORIZE, GEP)."""
@@ -323,9 +332,10 @@ class _Kernel:
         comments = "".join(f"/* var{i} = {n} */\n" for i, n in enumerate(self.program.var_names)
                            if re.fullmatch(r"[A-Za-z0-9_]+", n))
         head = "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
+        fence = "\n  _mm_sfence();" if self.streams else ""  # streamed values visible to every thread
         return (head + "".join(self.helpers.values()) + comments
                 + f"void {self.program.name}({', '.join(params) or 'void'}) {{\n"
-                + "\n".join(self.lines) + "\n}\n")
+                + "\n".join(self.lines) + fence + "\n}\n")
 
 
 class CRenderer(Renderer):
@@ -337,4 +347,4 @@ class CRenderer(Renderer):
     def render(self, program: LinearProgram) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):
             raise ValueError(f"C renderer: kernel name {program.name!r} is not a C identifier")
-        return _Kernel(program).source()
+        return _Kernel(program, self.options.vector_bytes).source()

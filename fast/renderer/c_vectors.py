@@ -8,7 +8,9 @@ Representation (lane-wise the same values as the scalar C code, docs/semantics.m
 - integer ADD/SUB/MUL/NEG/MULACC run on the unsigned view (wraps, never signed overflow); DIV/MOD on
   vectors always have a constant divisor other than 0 and -1 (fast/codegen/ir.py), so plain `/` `%`
   are defined; float -> int casts zero the lanes whose truncation does not fit before converting;
-- loads and stores go through `memcpy` (any alignment, no aliasing assumptions).
+- loads and stores go through `memcpy` (any alignment, no aliasing assumptions); a streamed store
+  (codegen/streaming.py) is an x86 non-temporal store when its address is aligned to the vector
+  size, else the same `memcpy`.
 """
 from __future__ import annotations
 
@@ -30,6 +32,12 @@ _FIT = {(dtypes.float32, dtypes.int32): ("-0x1p31f", ">=", "0x1p31f"),
         (dtypes.float32, dtypes.uint32): ("-1.0f", ">", "0x1p32f"),
         (dtypes.float64, dtypes.int64): ("-0x1p63", ">=", "0x1p63"),
         (dtypes.float64, dtypes.uint64): ("-1.0", ">", "0x1p64")}
+
+
+#: x86 non-temporal stores by vector bytes: (integer vector type, intrinsic). SSE2 has the 16-byte
+#: one; the 32- and 64-byte ones need the AVX / AVX-512 flags that vectors of that size imply.
+_STREAMS = {16: ("__m128i", "_mm_stream_si128"), 32: ("__m256i", "_mm256_stream_si256"),
+            64: ("__m512i", "_mm512_stream_si512")}
 
 
 def vector_name(dtype: DType) -> str:
@@ -102,6 +110,20 @@ class VectorC:
         self.need(f"vstore {vtype}", f"static inline void vstore_{vtype}({ctype}* p, {vtype} v) "
                   f"{{ memcpy(p, &v, sizeof v); }}\n")
         return f"vstore_{vtype}({pointer}, {value});"
+
+    def stream(self, dtype: DType, pointer: str, value: str, register_bytes: int) -> str | None:
+        """A non-temporal store of `value` (memcpy when `pointer` is not aligned to the vector's
+        size), or None when no x86 instruction fits (vector size unknown or above `register_bytes`)."""
+        size = dtype.scalar().itemsize * dtype.count
+        if size not in _STREAMS or size > register_bytes or dtype.scalar() == dtypes.bool:
+            return None
+        vtype, (itype, intrinsic) = self.ctype(dtype), _STREAMS[size]
+        ctype = SCALAR_CTYPES[dtype.scalar()]
+        self.need("immintrin", "#include <immintrin.h>\n")
+        self.need(f"vstream {vtype}", f"static inline void vstream_{vtype}({ctype}* p, {vtype} v) {{\n"
+                  f"  if (((uintptr_t)p & {size - 1}) == 0) {intrinsic}(({itype}*)p, ({itype})v);\n"
+                  f"  else memcpy(p, &v, sizeof v);\n}}\n")
+        return f"vstream_{vtype}({pointer}, {value});"
 
     def gep(self, dtype: DType, vector: str, lane: int) -> str:
         return f"({vector}[{lane}] != 0)" if dtype.scalar() == dtypes.bool else f"{vector}[{lane}]"

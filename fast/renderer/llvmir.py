@@ -25,6 +25,9 @@ How docs/semantics.md is kept:
 - accumulators are `alloca`s in the entry block (promoted to registers by the optimiser).
 - vectors (fast/renderer/llvm_vectors.py): `<N x T>` values with the same semantics lane by lane;
   a vector LOAD/STORE is one `align 1` access of N consecutive elements (masked: all or none).
+- streamed outputs (codegen/streaming.py): a vector STORE of 16, 32 or 64 bytes (at most the
+  register width) tests its address; aligned, it is a `!nontemporal` store with that alignment,
+  else the plain `align 1` store. Such a kernel ends with `llvm.x86.sse.sfence`.
 """
 from __future__ import annotations
 
@@ -200,8 +203,9 @@ def _cast_helper(dtype: DType) -> str:
 class _Kernel:
     """Renders one program. `names[n]` is the token of instruction n's value (a literal or `%...`)."""
 
-    def __init__(self, program: LinearProgram) -> None:
-        self.program = program
+    def __init__(self, program: LinearProgram, register_bytes: int = 0) -> None:
+        self.program, self.register_bytes = program, register_bytes
+        self.streams = 0  # non-temporal stores emitted: the kernel then ends with a store fence
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
         self.allocas: list[str] = []
@@ -437,10 +441,31 @@ class _Kernel:
         value = a[1]
         if dtype.scalar() == dtypes.bool:
             value = self.value(f"zext {llvm_type(dtype)} {value} to {memory}")
-        self.emit(f"store {memory} {value}, ptr {pointer}, align 1")
+        size = dtype.scalar().itemsize * dtype.count
+        if instr.arg in self.program.streamed and dtype.count > 1 and dtype.scalar() != dtypes.bool \
+                and size in (16, 32, 64) and size <= self.register_bytes:
+            self.streamed_store(number, memory, value, pointer, size)
+        else:
+            self.emit(f"store {memory} {value}, ptr {pointer}, align 1")
         if len(a) == 3:
             self.emit(f"br label %{done}")
             self.label(done)
+
+    def streamed_store(self, number: int, memory: str, value: str, pointer: str, size: int) -> None:
+        """Non-temporal when `pointer` is aligned to `size` bytes, else a plain store."""
+        address = self.value(f"ptrtoint ptr {pointer} to i64")
+        offset = self.value(f"and i64 {address}, {size - 1}")
+        aligned = self.value(f"icmp eq i64 {offset}, 0")
+        stream, plain, after = f"S{number}.stream", f"S{number}.plain", f"S{number}.after"
+        self.emit(f"br i1 {aligned}, label %{stream}, label %{plain}")
+        self.label(stream)
+        self.emit(f"store {memory} {value}, ptr {pointer}, align {size}, !nontemporal !0")
+        self.emit(f"br label %{after}")
+        self.label(plain)
+        self.emit(f"store {memory} {value}, ptr {pointer}, align 1")
+        self.emit(f"br label %{after}")
+        self.label(after)
+        self.streams += 1
 
     # -- control flow and instructions
     def loop(self, number: int, a: list[str]) -> None:
@@ -507,10 +532,12 @@ class _Kernel:
         params += [f"i64 %var{i}" for i in range(len(self.program.var_names))]
         comments = "".join(f"; var{i} = {n}\n" for i, n in enumerate(self.program.var_names)
                            if re.fullmatch(r"[A-Za-z0-9_]+", n))
-        body = "\n".join(["entry:", *self.allocas, *self.lines, "  ret void"])
+        fence = ["  call void @llvm.x86.sse.sfence()"] if self.streams else []  # visible to every thread
+        body = "\n".join(["entry:", *self.allocas, *self.lines, *fence, "  ret void"])
+        streaming = "declare void @llvm.x86.sse.sfence()\n!0 = !{i32 1}\n" if self.streams else ""
         return ("".join(self.helpers.values()) + comments
                 + f"define void @{self.program.name}({', '.join(params)}) #1 {{\n{body}\n}}\n"
-                + "attributes #0 = { alwaysinline nounwind }\nattributes #1 = { nounwind }\n")
+                + "attributes #0 = { alwaysinline nounwind }\nattributes #1 = { nounwind }\n" + streaming)
 
 
 class LLVMIRRenderer(Renderer):
@@ -524,4 +551,4 @@ class LLVMIRRenderer(Renderer):
     def render(self, program: LinearProgram) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):
             raise ValueError(f"LLVM renderer: kernel name {program.name!r} is not an identifier")
-        return _Kernel(program).source()
+        return _Kernel(program, self.options.vector_bytes).source()

@@ -182,7 +182,7 @@ _ALLOCATOR = HostAllocator()
 def _renderer(compiler: str) -> CRenderer:
     """The renderer for kernels built by `compiler` (its SIMD width follows `simd_cap`)."""
     cap = simd_cap(compiler) if compiler else None
-    return CRenderer(cpu_options(cpu.vector_bytes(cap)))
+    return CRenderer(cpu_options(cpu.vector_bytes(cap), stream_min_bytes=cpu.stream_min_bytes()))
 _COMPILER = ClangCompiler()
 
 

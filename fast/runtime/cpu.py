@@ -36,7 +36,7 @@ def features() -> frozenset[str]:
 
 
 def _level(cap: int | None) -> tuple[int, tuple[str, ...]]:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not _is_x86():
         return 16, ()  # aarch64 NEON and other 128-bit baselines
     flags = features()
     for required, width, cflags in _X86_LEVELS:
@@ -53,6 +53,22 @@ def vector_bytes(cap: int | None = None) -> int:
 def c_flags(cap: int | None = None) -> tuple[str, ...]:
     """C compiler flags that enable the detected SIMD level up to `cap` bytes (never -march=native)."""
     return () if config.get().noopt else _level(cap)[1]
+
+
+#: Outputs at least this large are written with non-temporal stores where the host has them
+#: (codegen/streaming.py): well above any core's private caches; a VM's shared last-level cache is
+#: shared with its neighbours, so it is not counted on.
+STREAM_MIN_BYTES = 8 << 20
+
+
+def _is_x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def stream_min_bytes() -> int:
+    """`RendererOptions.stream_min_bytes` for this host: x86 (SSE2 and up stream every vector size
+    we use) gets STREAM_MIN_BYTES, other hosts and NOOPT=1 get 0 (no streaming stores)."""
+    return STREAM_MIN_BYTES if _is_x86() and not config.get().noopt else 0
 
 
 def available_cores() -> int:

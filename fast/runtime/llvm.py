@@ -178,7 +178,7 @@ class LLVMProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes()))
+_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes()))
 _COMPILER = LLVMCompiler()
 
 
