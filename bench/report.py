@@ -85,7 +85,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 def detail_lines(result: dict[str, Any]) -> list[str]:
     """What the table has no column for: graph_build's µs per node, const_realizes' compiles and memory
-    growth, sharded's speedups, and every failure."""
+    growth, sharded's speedups, safetensors_read's bytes read and full-read time, and every failure."""
     lines = []
     for row in result["results"]:
         if row["workload"] == "graph_build" and "build_us_per_node" in row:
@@ -102,7 +102,18 @@ def detail_lines(result: dict[str, Any]) -> list[str]:
                          f"a 3-op graph realized again: {fmt(row.get('repeat_realize_us', float('nan')))} µs")
         if row["workload"] == "sharded" and "speedup_threads1" in row:
             lines.append(sharded_line(row))
+        if row["workload"] == "safetensors_read" and "full_ms" in row:
+            lines.append(safetensors_line(row))
     return lines + [f"FAILED: {line}" for line in result.get("failures", [])]
+
+
+def safetensors_line(row: dict[str, Any]) -> str:
+    """The safetensors_read row: the small tensor's copy against the full read, times and bytes read."""
+    return (f"safetensors_read to {row['device']} ({row['file_bytes']:,}-byte sparse file, safe_load "
+            f"{fmt(row['load_ms'])} ms): {row['small_bytes']:,}-byte tensor {fmt(row['median_ms'])} ms reading "
+            f"{row['small_bytes_read']:,} bytes; full {row['full_bytes']:,}-byte tensor {fmt(row['full_ms'])} ms "
+            f"reading {row['full_bytes_read']:,} bytes ({fmt(row['full_gbs'])} GB/s, {fmt(row['full_over_small'])}x "
+            "the small copy's time)")
 
 
 def sharded_line(row: dict[str, Any]) -> str:

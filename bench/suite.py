@@ -19,6 +19,7 @@ from bench.const_realizes import REALIZES, REALIZES_QUICK, run_const_realizes
 from bench.graph_build import run_graph_build
 from bench.peers import ArrayOps
 from bench.runner import check_result, run_fast, run_peer, throughput
+from bench.safetensors_read import FILE_BYTES, FILE_BYTES_QUICK, run_safetensors_read
 from bench.sharded import run_sharded
 from bench.timing import Budget
 from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload
@@ -126,6 +127,21 @@ def const_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
+def safetensors_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
+    """The safetensors_read rows (no peer): the copy's target is the row's device."""
+    rows = []
+    for device in plan.devices:
+        row: dict[str, Any] = {"workload": workload.name, "device": device}
+        try:
+            row.update(run_safetensors_read(device, FILE_BYTES_QUICK if plan.quick else FILE_BYTES, plan.budget,
+                                            plan.seed))
+        except Exception as error:
+            row["error"] = error_text(error)
+        rows.append(row)
+        plan.log(progress_line(row))
+    return rows
+
+
 def progress_line(row: dict[str, Any]) -> str:
     """A one-line account of a finished row."""
     head = f"  {row['workload']:<12} {row['device']:<8}"
@@ -144,6 +160,8 @@ def run_workload(workload: Workload, plan: Plan) -> tuple[list[dict[str, Any]], 
         return graph_rows(workload, plan), {}
     if workload.kind == "const_realizes":
         return const_rows(workload, plan), {}
+    if workload.kind == "safetensors_read":
+        return safetensors_rows(workload, plan), {}
     arrays = make_arrays(workload, plan)
     peers, reference = run_peers(workload, arrays, plan)
     rows = []

@@ -25,7 +25,8 @@ class Workload:
 
     `kind` is "compute" (timed on every device against the peers) or "graph_build" (build and
     schedule only) or "const_realizes" (bench/const_realizes.py: compiles and memory when only a
-    constant changes) or "sharded" (a compute workload timed sharded over two devices of each
+    constant changes) or "safetensors_read" (bench/safetensors_read.py: one small tensor vs a full read
+    out of a large file on DISK) or "sharded" (a compute workload timed sharded over two devices of each
     device's kind against that device alone, bench/sharded.py). Memory-bound workloads report GB/s
     (inputs read once + output written once); the others report GFLOP/s from `flops(inputs)`.
     """
@@ -149,6 +150,9 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("graph_build", "build + schedule a 10,000-node elementwise graph", _graph_inputs, kind="graph_build"),
     Workload("const_realizes", "3,000 realizes of a + c_i on 256x256 float32, a new constant each time: "
              "kernels compiled, RSS growth, time per realize", _graph_inputs, kind="const_realizes"),
+    Workload("safetensors_read", "safe_load of a 1 GiB sparse safetensors file, then a 1 KiB tensor copied to "
+             "the device vs the ~1 GiB one: times and bytes the DISK runtime read", _graph_inputs,
+             kind="safetensors_read"),
 )
 
 GRAPH_NODES = 10_000

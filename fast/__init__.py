@@ -1,7 +1,8 @@
 """fast: the production lazy-tensor package (SPEC §1): lazy graphs fused into kernels, compiled, run.
 
 Top-level API: `LazyBuffer`, `MultiLazyBuffer`, `dtypes`, `DType`, the op enums, `Variable`,
-`from_numpy`, `realize`, `to_numpy`, `schedule` and the `Device` registry.
+`from_numpy`, `realize`, `to_numpy`, `schedule`, the `Device` registry, and safetensors files over
+DISK: `safe_load`, `safe_load_metadata`, `safe_save` (fast/safetensors.py).
 """
 from fast.device import Device
 from fast.dtype import DType, dtypes
@@ -9,7 +10,9 @@ from fast.engine import realize, schedule, to_numpy
 from fast.lazy import LazyBuffer, from_numpy
 from fast.multi import MultiLazyBuffer
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from fast.safetensors import safe_load, safe_load_metadata, safe_save
 from fast.shape.symbolic import Variable
 
 __all__ = ["BinaryOps", "DType", "Device", "LazyBuffer", "LoadOps", "MultiLazyBuffer", "ReduceOps", "TernaryOps",
-           "UnaryOps", "Variable", "dtypes", "from_numpy", "realize", "schedule", "to_numpy"]
+           "UnaryOps", "Variable", "dtypes", "from_numpy", "realize", "safe_load", "safe_load_metadata", "safe_save",
+           "schedule", "to_numpy"]

@@ -10,6 +10,18 @@ Allocator contract (see fast/runtime/base.py), with the DISK specifics:
   `nbytes` bytes read/write, shared with the file. Unlike host memory, the bytes are *not* zeroed.
 - `offset(handle, byte_offset, nbytes)` is a zero-copy sub-range of the same mapping.
 - `copyin`/`copyout` copy exactly `handle.nbytes` bytes through memoryviews (sizes must match).
+- Durability: `copyin` returns only once the bytes it wrote are on stable storage (msync with
+  MS_SYNC of the pages written, which the kernel turns into a data sync of that file range), and a
+  file `alloc` creates or extends is fsynced (a created file's directory too) before it is mapped.
+  So once `realize` of anything that writes a DISK buffer (an assign, a copy, `from_numpy`) returns,
+  its bytes survive a crash or a power loss.
+- Read-only files: a file that exists without write permission (no write bit in its mode, honoured
+  even for root, or no write access for this process) is mapped read-only. It can be read and
+  viewed; `copyin` into it raises PermissionError before writing a byte, and `alloc` past its end
+  raises (the file cannot be extended).
+- `DISK_READ_COUNTER` counts the bytes `copyout` copied out of DISK mappings, process-wide: what a
+  copy from DISK to another device actually read (tests and the bench check that a copy of one
+  tensor of a large file reads that tensor's bytes only).
 - `free(handle)` releases one user of the mapping; each handle (from `alloc` or `offset`) is one
   user, released by `free` or when the handle is garbage collected. The file is unmapped when the
   last user is gone (views keep the mapping alive, as with host memory). Using a freed handle is
@@ -23,6 +35,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
@@ -41,8 +54,78 @@ def _cannot_compute(device: str, what: str) -> NoReturn:
                        "no compute")
 
 
+class ReadCounter:
+    """Process-wide count of the bytes copied out of DISK mappings (`copyout`), thread-safe.
+
+    Invariant: `total` only grows, by exactly the size of each completed `copyout`.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int) -> None:
+        with self._lock:
+            self.total += nbytes
+
+    def snapshot(self) -> int:
+        """The bytes read so far (subtract two snapshots to measure one operation)."""
+        with self._lock:
+            return self.total
+
+
+DISK_READ_COUNTER = ReadCounter()
+
+
+def read_only(path: str) -> bool:
+    """True when `path` exists and may not be written: its mode has no write bit (honoured even for
+    root, who could write it anyway) or this process has no write access."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not mode & 0o222 or not os.access(path, os.W_OK)
+
+
+def fsync_directory(path: str) -> None:
+    """fsync the directory holding `path`, so a new entry in it is durable (best effort where a
+    platform cannot open directories)."""
+    try:
+        descriptor = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _open_writable(path: str, nbytes: int) -> int:
+    """A read/write descriptor of `path`, created and/or extended with zeros to `nbytes` when needed;
+    what changed the file's size or existence is fsynced (a new file's directory too)."""
+    try:
+        descriptor, created = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        descriptor, created = os.open(path, os.O_RDWR), False
+    try:
+        extended = os.fstat(descriptor).st_size < nbytes
+        if extended:
+            os.ftruncate(descriptor, nbytes)
+        if created or extended:
+            os.fsync(descriptor)
+        if created:
+            fsync_directory(path)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
 class DiskMapping:
-    """One read/write shared mapping of the first `nbytes` bytes of `path`, counting its users.
+    """One shared mapping of the first `nbytes` bytes of `path` (read/write, or read-only when the file
+    may not be written: `writable`), counting its users.
 
     Invariant: `mapped` is the live `mmap.mmap` (None for a zero-byte mapping or once unmapped)
     while `users > 0`; it is closed exactly once, when `users` drops to zero.
@@ -52,12 +135,18 @@ class DiskMapping:
         self.path, self.nbytes, self.users = path, nbytes, 0
         self.closed = False
         self.mapped: mmap.mmap | None = None
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.writable = not read_only(path)
+        if self.writable:
+            descriptor = _open_writable(path, nbytes)
+        else:
+            descriptor = os.open(path, os.O_RDONLY)
         try:
-            if os.fstat(descriptor).st_size < nbytes:
-                os.ftruncate(descriptor, nbytes)
+            size = os.fstat(descriptor).st_size
+            if size < nbytes:
+                raise PermissionError(f"DISK:{path} is read-only and holds {size} bytes: cannot extend it to {nbytes}")
             if nbytes:
-                self.mapped = mmap.mmap(descriptor, nbytes, access=mmap.ACCESS_WRITE)
+                access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+                self.mapped = mmap.mmap(descriptor, nbytes, access=access)
         finally:
             os.close(descriptor)
 
@@ -134,14 +223,21 @@ class DiskAllocator(Allocator):
         return DiskMemory(handle.mapping, handle.start + byte_offset, nbytes)
 
     def copyin(self, handle: DiskMemory, src: memoryview) -> None:
+        """Write `src` into the handle's bytes and msync them: on stable storage when this returns.
+        PermissionError (nothing written) when the file is read-only."""
         handle.check_live("copyin")
         with memoryview(src) as given, given.cast("B") as source:
             if source.nbytes != handle.nbytes:
                 raise ValueError(f"copyin: source has {source.nbytes} bytes, DISK:{self.path} buffer has "
                                  f"{handle.nbytes}")
+            if not handle.mapping.writable:
+                raise PermissionError(f"copyin: DISK:{self.path} is read-only (no write permission); "
+                                      f"none of the {handle.nbytes} bytes was written")
             mapped = handle.mapping.mapped
             if handle.nbytes and mapped is not None:
                 mapped[handle.start:handle.start + handle.nbytes] = source
+                page = handle.start - handle.start % mmap.PAGESIZE  # msync starts on a page boundary
+                mapped.flush(page, handle.start + handle.nbytes - page)
 
     def copyout(self, dest: memoryview, handle: DiskMemory) -> None:
         handle.check_live("copyout")
@@ -153,6 +249,7 @@ class DiskAllocator(Allocator):
             if handle.nbytes and mapped is not None:
                 with memoryview(mapped) as whole, whole[handle.start:handle.start + handle.nbytes] as part:
                     target[:] = part
+                DISK_READ_COUNTER.add(handle.nbytes)
 
 
 class DiskRenderer(Renderer):

@@ -15,7 +15,7 @@ DEV = "CLANG"
 def test_exports_and_enum_members():
     assert sorted(ref.__all__) == sorted(["LazyBuffer", "MultiLazyBuffer", "dtypes", "DType", "LoadOps", "UnaryOps",
                                         "BinaryOps", "TernaryOps", "ReduceOps", "Variable", "from_numpy", "realize",
-                                        "to_numpy"])
+                                        "to_numpy", "safe_load", "safe_load_metadata", "safe_save"])
     assert list(ref.UnaryOps.__members__) == "EXP2 LOG2 CAST BITCAST SIN SQRT NEG".split()
     assert list(ref.BinaryOps.__members__) == "ADD SUB MUL DIV MAX MOD CMPLT CMPEQ XOR".split()
     assert list(ref.TernaryOps.__members__) == ["WHERE", "MULACC"]
