@@ -12,6 +12,7 @@ a new item and a new step; nothing is mutated.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -37,10 +38,12 @@ def signature(item: ScheduleItem) -> tuple[Any, ...] | None:
     return item.bufs[0].device, tuple(item.ast.src[0].arg.st.shape), tuple(rows)
 
 
-def may_share_kernel(first: Step, second: Step, written: set[object]) -> bool:
-    """Legality: see the module docstring. `written`: every key some step of the schedule writes."""
-    sig = signature(first.item)
-    return sig is not None and sig == signature(second.item) \
+def may_share_kernel(first: Step, second: Step, written: set[object],
+                     signature_of: Callable[[ScheduleItem], tuple[Any, ...] | None] = signature) -> bool:
+    """Legality: see the module docstring. `written`: every key some step of the schedule writes;
+    `signature_of`: `signature`, or a memo of it."""
+    sig = signature_of(first.item)
+    return sig is not None and sig == signature_of(second.item) \
         and not (set(first.reads) | set(second.reads)) & written \
         and len(first.item.outputs) + len(second.item.outputs) <= MAX_OUTPUTS
 
@@ -84,10 +87,19 @@ def _shares_input(first: ScheduleItem, second: ScheduleItem) -> bool:
 def merge_kernels(steps: list[Step]) -> list[Step]:
     """Policy: see the module docstring. Returns the steps with merged kernels in place of groups."""
     written = {key for step in steps for key in step.writes}
+    memo: dict[int, tuple[ScheduleItem, tuple[Any, ...] | None]] = {}
+
+    def signature_of(item: ScheduleItem) -> tuple[Any, ...] | None:
+        """`signature`, computed once per item (the entry keeps the item, so its id stays its own)."""
+        entry = memo.get(id(item))
+        if entry is None or entry[0] is not item:
+            entry = memo[id(item)] = (item, signature(item))
+        return entry[1]
+
     merged: list[Step] = []
     for step in steps:
-        target = next((i for i, done in enumerate(merged) if may_share_kernel(done, step, written)
-                       and _shares_input(done.item, step.item)), None)
+        target = next((i for i, done in enumerate(merged) if _shares_input(done.item, step.item)
+                       and may_share_kernel(done, step, written, signature_of)), None)
         if target is None:
             merged.append(step)
             continue
