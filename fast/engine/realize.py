@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,12 @@ from fast.runtime.launch import launch
 from fast.shape.symbolic import Node
 
 DUMP_STAGES = ("schedule", "ast", "ir", "source")
+
+# Observers that fast/debug registers (GRAPH=1 pictures, the DEBUG=2 schedule table); the engine only calls
+# them: each of REALIZE_OBSERVERS with the outputs of every `realize` before anything is scheduled, each of
+# SCHEDULE_OBSERVERS with the items of every `run_schedule` before they run. They must not change the graph.
+REALIZE_OBSERVERS: list[Callable[[Sequence[LazyBuffer]], None]] = []
+SCHEDULE_OBSERVERS: list[Callable[[Sequence[ScheduleItem]], None]] = []
 
 
 # ---------------------------------------------------------------- the program cache
@@ -298,6 +304,8 @@ def run_schedule(items: Sequence[ScheduleItem]) -> None:
     other (engine/parallel.py), and their DEBUG=2 lines then follow completion order. The first
     error in schedule order is raised; items after it are not started."""
     debug = config.get().debug
+    for observe in SCHEDULE_OBSERVERS:
+        observe(items)
     if "schedule" in dump_stages():
         for number, item in enumerate(items):
             print(f"schedule {number}: {item.ast.op.name} bufs={list(item.bufs)}")
@@ -314,10 +322,12 @@ def realize(*buffers: Any) -> None:
     whose structure was realized before replays its recorded schedule (engine/replay.py)."""
     start = time.perf_counter()
     outs = lazy_buffers(buffers)
+    for observe in REALIZE_OBSERVERS:
+        observe(outs)
     signature, template = replay.prepare(outs)
     if signature is not None and template is not None:
         items = replay.instantiate(template, signature)
-        if config.get().debug >= 2 or dump_stages():
+        if config.get().debug >= 2 or dump_stages() or not template.direct:
             run_schedule(items)
         else:
             _replay_kernels(template, items)

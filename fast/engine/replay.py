@@ -2,10 +2,13 @@
 skips fusion and scheduling and runs the recorded kernels with this graph's buffers.
 
 What may be replayed (`signature` returns None otherwise, and the graph is scheduled as usual):
-every unrealized base is an elementwise op, a reduce or a constant, not forced to realize, on a
-compute device, with integer shapes; every other base it reads is realized. No assign, copy, view,
-custom or contiguous op takes part, so no buffer version or aliasing decides anything; stale reads
-and stale outputs are checked exactly as the scheduler checks them.
+every unrealized base is an elementwise op, a reduce or a constant, not forced to realize, or a copy
+between compute devices (what a sharded reduction's all-reduce builds), with integer shapes, on
+compute devices; every other base it reads is realized. No assign, view, custom or contiguous op
+takes part, so no buffer version or aliasing decides anything; stale reads and stale outputs are
+checked exactly as the scheduler checks them. Only schedules whose items are kernels and copies
+over the graph's own buffers are recorded (`record`); one-device kernel-only templates run directly
+(`Template.direct`), the others through `run_schedule` (devices in parallel, copies).
 
 The key (`Signature.key`) holds, per unrealized base in a fixed walk order: op, arg (constants by
 their bits), dtype, shape, device and, per source, whether it is an unrealized base (by number) or
@@ -47,6 +50,7 @@ class Template:
 
     items: tuple[tuple[Any, tuple[tuple[str, int], ...]], ...]
     realized: tuple[int, ...]
+    direct: bool = True  # only kernels, on one device: run without `run_schedule`
     kernels: list[Any] = field(default_factory=list, compare=False)  # per item, found on first replay
 
 
@@ -59,6 +63,9 @@ def _arg_key(base: LazyBuffer) -> Any:
 
 def _replayable(base: LazyBuffer) -> bool:
     op = base.op
+    if op is LoadOps.COPY:
+        return not base.srcs[0].device.startswith("DISK") and not base.device.startswith("DISK") \
+            and all(isinstance(size, int) for size in base.shape)
     return (isinstance(op, (*_ELEMENTWISE, ReduceOps)) or op is LoadOps.CONST) and not base.forced_realize \
         and not base.device.startswith("DISK") and all(isinstance(size, int) for size in base.shape)
 
@@ -135,12 +142,14 @@ def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
     realized: list[int] = []
     for step in steps:
         item = step.item
-        if item.ast.op is not KernelOps.SINK or item.assign or item.var_vals \
+        if item.ast.op not in (KernelOps.SINK, LoadOps.COPY) or item.assign or item.var_vals \
                 or any(id(buffer) not in where for buffer in item.bufs):
             return None
         items.append((item.ast, tuple(where[id(buffer)] for buffer in item.bufs)))
         realized.extend(numbers[id(owner)] for owner in step.owners if id(owner) in numbers)
-    return Template(tuple(items), tuple(realized))
+    direct = all(step.item.ast.op is KernelOps.SINK for step in steps) \
+        and len({step.item.bufs[0].device for step in steps}) <= 1
+    return Template(tuple(items), tuple(realized), direct)
 
 
 def instantiate(template: Template, sig: Signature) -> list[ScheduleItem]:

@@ -123,3 +123,30 @@ def test_replay_prints_debug_lines(schedules: list[int], capsys: pytest.CaptureF
         realize(graph(from_numpy(np.ones((2, 3), np.float32), "CLANG"), x))
         realize(graph(from_numpy(np.ones((2, 3), np.float32), "CLANG"), x))
     assert len(schedules) == 2 and capsys.readouterr().out.count("***") == 2
+
+
+@pytest.mark.parametrize("devices", [("CLANG", "CLANG:1"), ("LLVM", "LLVM:1", "LLVM:2"), ("CLANG", "LLVM")])
+def test_sharded_reductions_with_their_copies_replay(schedules: list[int], devices: tuple[str, ...]) -> None:
+    """A sharded sum's all-reduce copies partial sums between devices: the schedule of kernels and
+    copies is recorded once and replayed over new inputs, on every device in parallel."""
+    for round_number in range(3):
+        a, b = (RNG.standard_normal((len(devices) * 8, 33)).astype(np.float32) for _ in range(2))
+        x = fast.MultiLazyBuffer.from_sharded(from_numpy(a, "CLANG"), devices, 0)
+        y = fast.MultiLazyBuffer.from_sharded(from_numpy(b, "CLANG"), devices, 0)
+        realize(x, y)
+        schedules.clear()  # the shards' copies above are scheduled each round (their sources are new)
+        out = x.e(BinaryOps.MUL, y).e(BinaryOps.ADD, x).r(ReduceOps.SUM, (0,))
+        got = to_numpy(out)
+        np.testing.assert_allclose(got, (a * b + a).sum(0, keepdims=True), rtol=1e-5, atol=1e-5)
+        assert len(schedules) == (1 if round_number == 0 else 0), round_number
+
+
+def test_copies_from_disk_are_never_replayed(schedules: list[int], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "data.bin"
+    a = np.arange(64, dtype=np.float32)
+    path.write_bytes(a.tobytes())
+    for _ in range(2):
+        disk = fast.LazyBuffer.loadop(fast.LoadOps.EMPTY, (64,), fast.dtypes.float32, f"DISK:{path}")
+        out = disk.copy_to_device("CLANG").e(BinaryOps.ADD, from_numpy(a, "CLANG"))
+        np.testing.assert_array_equal(to_numpy(out), a + a)
+    assert len(schedules) == 2
