@@ -85,12 +85,34 @@ class Key:
         return isinstance(other, Key) and self.hashed == other.hashed and self.parts == other.parts
 
 
+def _base_of(lb: LazyBuffer) -> LazyBuffer:
+    """`lb.base` without the property call (the walk below is the hot path of a repeated realize)."""
+    return lb if lb._base is None else lb._base
+
+
+def _holds_values(base: LazyBuffer) -> bool:
+    """`base.realized is not None` for a base (same rule, inlined for speed)."""
+    buffer = base._buffer
+    if buffer is None or not buffer.is_allocated():
+        return False
+    return base.op is not LoadOps.ASSIGN or buffer.version > base._assign_version
+
+
+def _reads_stale(base: LazyBuffer) -> bool:
+    """`bool(base.stale_reads())` for a replayable base (it reads every source: never an ASSIGN)."""
+    for src, version in zip(base.srcs, base.src_versions, strict=False):
+        buffer = _base_of(src)._buffer
+        if buffer is not None and buffer.version > version:
+            return True
+    return False
+
+
 def _refs(base: LazyBuffer, numbers: dict[int, int], leaf_numbers: dict[int, int],
           leaves: list[LazyBuffer]) -> tuple[tuple[Any, ...], ...]:
     """How `base` reads each source: ("b", number, view) or ("l", leaf number, view, dtype, device)."""
     refs: list[tuple[Any, ...]] = []
     for src in base.srcs:
-        source = src.base
+        source = _base_of(src)
         number = numbers.get(id(source))
         if number is not None:
             refs.append(("b", number, src.st))
@@ -109,16 +131,19 @@ def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
     bases: list[LazyBuffer] = []
     leaves: list[LazyBuffer] = []
     entries: list[tuple[Any, ...]] = []
-    stack: list[tuple[LazyBuffer, bool]] = [(out.base, False) for out in reversed(outs)]
+    stack: list[tuple[LazyBuffer, bool]] = [(_base_of(out), False) for out in reversed(outs)]
     while stack:
         base, expanded = stack.pop()
         if id(base) in numbers:
             continue
         if not expanded:
-            if base.realized is not None or not _replayable(base) or base.stale_reads():
+            if _holds_values(base) or not _replayable(base) or _reads_stale(base):
                 return None
             stack.append((base, True))
-            stack.extend((src.base, False) for src in reversed(base.srcs) if src.base.realized is None)
+            for src in reversed(base.srcs):
+                source = _base_of(src)
+                if not _holds_values(source):
+                    stack.append((source, False))
             continue
         refs = _refs(base, numbers, leaf_numbers, leaves)
         numbers[id(base)] = len(bases)
