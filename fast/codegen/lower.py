@@ -78,9 +78,11 @@ class _Lowering:
         self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
         self.builder = IRBuilder(options.vector_ops, options.vector_casts)
         self.var_refs: dict[Variable, int] = {}
-        self.offsets: dict[int, Node] = {}  # axis -> start of the current chunk (plan.chunk)
+        self.offsets: dict[int, Node] = {}  # axis -> start of the current chunk (plan.chunk) or tail
         self.chunk_counter: Variable | None = None
-        self.threaded = False
+        self.threaded = False  # the kernel takes `core, cores` (defined once, in `thread_vars`)
+        self.thread_vars: tuple[int, int] | None = None
+        self.split_pending = True  # the next GLOBAL loop opened is this nest's first: threads share it
         names = {v.expr for v in info.variables}
         if any(name.endswith("~") for name in names):
             raise ValueError(f"lower: variable names ending in '~' are reserved, got {sorted(names)}")
@@ -137,13 +139,15 @@ class _Lowering:
 
     # -- loops
     def _loop_bounds(self, count: Node, kind: LoopKind, split: bool = True) -> tuple[int, int]:
-        """[start, end) of a loop over `count` iterations; the first GLOBAL loop of a threaded kernel
-        runs only its share `[count*core/cores, count*(core+1)/cores)`."""
+        """[start, end) of a loop over `count` iterations; the first GLOBAL loop of each loop nest of
+        a threaded kernel runs only its share `[count*core/cores, count*(core+1)/cores)`."""
         b = self.builder
-        if kind is not LoopKind.GLOBAL or self.threaded or not self.parallel or not split:
+        if kind is not LoopKind.GLOBAL or not self.split_pending or not self.parallel or not split:
             return b.const(0, INT64), self._render_int(count)
-        self.threaded = True
-        core, cores = (b.define_var(name) for name in THREAD_VARS)
+        self.threaded, self.split_pending = True, False
+        if self.thread_vars is None:
+            self.thread_vars = (b.define_var(THREAD_VARS[0]), b.define_var(THREAD_VARS[1]))
+        core, cores = self.thread_vars
         total = self._render_int(count)
         start = b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, core), cores)
         after = b.index(IndexOps.ADD, core, b.const(1, INT64))
@@ -348,7 +352,19 @@ class _Lowering:
             self._run_rows()
             return
         self._open_chunks()
-        output_groups = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
+        self._output_nest(self.plan.output_axes)
+        tail = self.plan.tail_plan()
+        if tail is not None:  # the positions the vectorized output axis left over, one lane at a time
+            axes, axis, start = tail
+            self.offsets[axis] = NumNode(start)
+            self.split_pending = True
+            self._output_nest(axes)
+        if self.plan.chunk is not None:
+            self.builder.end_loop()
+
+    def _output_nest(self, output_axes: tuple[AxisPlan, ...]) -> None:
+        """The output loops over `output_axes`, the reduce inside them, and the STOREs."""
+        output_groups = self._open_loops(output_axes, LoopKind.GLOBAL)
         reduced = self._lower_reduce(self.info.reduce, output_groups) if self.info.reduce is not None else []
         for copy, group in enumerate(output_groups):
             reduce_values = {node_id: reduced[copy] for node_id in self.info.reduce_ids}
@@ -358,9 +374,7 @@ class _Lowering:
                 if self.plan.chunk is not None:
                     value = self._add_previous_chunks(store, group, value)
                 self._store(store, group, value)
-        self._close_loops(self.plan.output_axes)
-        if self.plan.chunk is not None:
-            self.builder.end_loop()
+        self._close_loops(output_axes)
 
 
 def _post_order(root: LazyOp) -> list[LazyOp]:

@@ -20,7 +20,10 @@ Heuristics (lanes = the renderer's vector width for the kernel's widest element,
 - reduce kernels whose innermost reduce axis is contiguous in every input that moves along it:
   vectorize that reduce axis (`lanes` x up to 4 accumulators);
 - otherwise: vectorize the innermost output axis when the STORE walks it contiguously and its size is
-  a multiple of the lanes (halving the lanes down to 4 to find a divisor), with up to 4 copies
+  a multiple of the lanes (halving the lanes down to 4 to find a divisor), with up to 4 copies; when
+  no such divisor exists (a prime size), the axis is vectorized over its first `tail` positions (a
+  multiple of lanes x copies) and lowering runs the output loops once more for the rest, that axis
+  scalar (`KernelPlan.tail`, `tail_plan`): the same values, element by element,
   (elementwise); in reductions, 2 copies plus 4 rows of the output axis whose rows reuse the most
   vector loads (a register tile: matmul's rows of A, a convolution's output channels), or up to 8
   copies when there is no such axis (a column sum: 8 vectors of columns per walk down the rows);
@@ -68,6 +71,7 @@ class KernelPlan:
     output_axes: tuple[AxisPlan, ...]
     reduce_axes: tuple[AxisPlan, ...]
     chunk: tuple[int, int] | None = None  # (reduce axis, chunks): that axis is walked chunk by chunk
+    tail: tuple[int, int] | None = None  # (output axis position, full size): see `tail_plan`
     inner_axes: tuple[AxisPlan, ...] = ()  # a row kernel: the reduced axes again, for its STOREs
 
     @property
@@ -77,6 +81,19 @@ class KernelPlan:
         for axis in (*self.output_axes, *self.reduce_axes):
             count *= axis.unroll
         return count
+
+    def tail_plan(self) -> tuple[tuple[AxisPlan, ...], int, int] | None:
+        """For a plan whose vectorized output axis covers only a prefix (`tail`): the output axes of
+        the remainder loops (that axis scalar over the remaining positions), that axis, and where the
+        remainder starts. None without a tail."""
+        if self.tail is None:
+            return None
+        position, full = self.tail
+        vectorized = self.output_axes[position]
+        start = vectorized.size
+        assert isinstance(start, int)  # noqa: S101 - tails are only planned for integer sizes
+        rest = replace(vectorized, size=full - start, unroll=1, vector=1)
+        return (*self.output_axes[:position], rest, *self.output_axes[position + 1:]), vectorized.axis, start
 
     @property
     def reduce_vector(self) -> bool:
@@ -166,17 +183,26 @@ def _vector_output(plan: KernelPlan, store_strides: Sequence[sint | None], lanes
     position = candidates[-1]
     axis = plan.output_axes[position]
     width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and _divides(axis.size, w)), 0)
+    tailed = not width and isinstance(axis.size, int)
+    if tailed:
+        width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and w < axis.size), 0)
     if not width:
         return None
     outputs = list(plan.output_axes)
     block = _block_axis(plan, candidates, axis.axis, load_strides) if plan.reduce_axes else None
     tile = (2, 1) if block is not None else (8, 4, 2, 1) if plan.reduce_axes else (4, 2, 1)
-    copies = next(c for c in tile if _divides(axis.size, width * c))
+    size = axis.size
+    copies = next(c for c in tile if ((isinstance(size, int) and size >= width * c) if tailed
+                                      else _divides(size, width * c)))
     if block is not None:  # about 8 accumulators: 4 rows x 2 vectors, or 8 rows x 1
         rows = next(r for r in ((8, 4, 2) if copies == 1 else (4, 2)) if _divides(outputs[block].size, r))
         outputs[block] = replace(outputs[block], unroll=rows)
-    outputs[position] = replace(axis, unroll=copies, vector=width)
-    return replace(plan, output_axes=tuple(outputs))
+    if not tailed:
+        outputs[position] = replace(axis, unroll=copies, vector=width)
+        return replace(plan, output_axes=tuple(outputs))
+    full: int = axis.size  # type: ignore[assignment]
+    outputs[position] = replace(axis, size=full - full % (width * copies), unroll=copies, vector=width)
+    return replace(plan, output_axes=tuple(outputs), tail=(position, full))
 
 
 def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_strides: Sequence[sint | None],

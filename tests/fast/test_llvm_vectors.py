@@ -402,7 +402,8 @@ def test_vector_accumulator_reductions(op, dtype, init):
 # ---------------------------------------------------------------- renderer options and the source
 
 def test_llvm_device_renders_with_the_host_cpu_options():
-    assert llvm.create("LLVM").renderer.options == cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes())
+    want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes())
+    assert llvm.create("LLVM").renderer.options == want
     assert llvm.create("LLVM").renderer.options.supports_threads
     plain = LLVMIRRenderer().options
     assert plain.vector_bytes == 0 and not plain.vector_ops and not plain.supports_threads

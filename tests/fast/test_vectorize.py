@@ -216,3 +216,49 @@ def test_padded_constants_keep_their_zero_lane(device, dtype, value):
     np.testing.assert_array_equal(fast.to_numpy(rows.reshape((2, 4, 1))), want_rows)  # GCC folded {x, x, x, 0}
     wide = fast.LazyBuffer.loadop(fast.LoadOps.CONST, (7,), dtype, device, arg=value).pad(((0, 1),))
     np.testing.assert_array_equal(fast.to_numpy(wide.e(BinaryOps.ADD, wide)), np.array([value] * 7 + [0], dtype.np) * 2)
+
+
+@pytest.mark.skipif(cpu.vector_bytes() == 0, reason="this host has no SIMD registers")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("size", [9, 17, 97, 4099])
+def test_sizes_the_lanes_do_not_divide_get_vectors_and_a_scalar_tail(device, size):
+    """A prime-length output axis is vectorized over its largest multiple of the vector step; a
+    second loop nest does the rest lane by lane (opt.py `KernelPlan.tail`), threaded or not, with the
+    same bits whatever the thread count."""
+    a = RNG.standard_normal(size).astype(np.float32)
+    x = fast.from_numpy(a, device)
+    out = x.e(BinaryOps.MUL, x).e(BinaryOps.ADD, x.stride((-1,)))
+    (program,) = _kernel_programs(out, device)
+    stores = [program.instrs[i.srcs[1]].dtype.count for i in program.instrs if i.op is IROps.STORE]
+    assert any(i.op is IROps.LOAD and i.dtype.count > 1 for i in program.instrs)
+    assert max(stores) > 1 and min(stores) == 1  # vector stores, then the tail's scalar ones
+    results = []
+    for threads in (1, 2, 3):
+        with config.override(threads=threads):
+            results.append(fast.to_numpy(x.e(BinaryOps.MUL, x).e(BinaryOps.ADD, x.stride((-1,)))).tobytes())
+    assert results[0] == results[1] == results[2]
+    np.testing.assert_array_equal(np.frombuffer(results[0], np.float32), a * a + a[::-1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,cols", [(130, 257), (64, 100), (5, 37), (3, 9)])
+def test_tails_in_reductions_and_views(device, rows, cols):
+    """Column sums and maxes (chunked, vectorized along the columns) and flipped, padded views over a
+    column count the lanes do not divide."""
+    a = _inputs(rows, cols, np.float32)
+    x = fast.from_numpy(a, device)
+    _check(fast.to_numpy(x.r(ReduceOps.SUM, (0,))), a.sum(0, keepdims=True), rows)
+    np.testing.assert_array_equal(fast.to_numpy(x.r(ReduceOps.MAX, (0,))), a.max(0, keepdims=True))
+    np.testing.assert_array_equal(fast.to_numpy(x.stride((-1, 1)).e(BinaryOps.SUB, x)), a[::-1] - a)
+    padded = x.pad(((0, 1), (2, 1))).e(BinaryOps.MUL, x.const(3.0).pad(((0, 1), (2, 1))))
+    np.testing.assert_array_equal(fast.to_numpy(padded), np.pad(a, ((0, 1), (2, 1))) * np.float32(3.0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,k,n", [(100, 64, 100), (33, 130, 70), (4, 3, 19)])
+def test_matmul_with_output_columns_the_lanes_do_not_divide(device, m, k, n):
+    a, b = _inputs(m, k, np.float32), _inputs(k, n, np.float32)
+    x, y = fast.from_numpy(a, device), fast.from_numpy(b, device)
+    rows = x.reshape((m, 1, k)).expand((m, n, k))
+    out = rows.e(BinaryOps.MUL, y.permute((1, 0)).reshape((1, n, k)).expand((m, n, k)))
+    _check(fast.to_numpy(out.r(ReduceOps.SUM, (2,))).reshape(m, n), a @ b, k)
