@@ -2,7 +2,8 @@
 
 Top-level API: `LazyBuffer`, `MultiLazyBuffer`, `dtypes`, `DType`, the op enums, `Variable`,
 `from_numpy`, `realize`, `to_numpy`, `schedule`, the `Device` registry, and safetensors files over
-DISK: `safe_load`, `safe_load_metadata`, `safe_save` (fast/safetensors.py).
+DISK: `safe_load`, `safe_load_metadata`, `safe_save` (fast/safetensors.py), and `xp`, the Array API
+namespace over lazy buffers (fast/xp/; imported last: it is written against the names above).
 """
 from fast.device import Device
 from fast.dtype import DType, dtypes
@@ -15,4 +16,6 @@ from fast.shape.symbolic import Variable
 
 __all__ = ["BinaryOps", "DType", "Device", "LazyBuffer", "LoadOps", "MultiLazyBuffer", "ReduceOps", "TernaryOps",
            "UnaryOps", "Variable", "dtypes", "from_numpy", "realize", "safe_load", "safe_load_metadata", "safe_save",
-           "schedule", "to_numpy"]
+           "schedule", "to_numpy", "xp"]
+
+from fast import xp  # noqa: E402 - last: the Array API front end is written against the names above

@@ -1,0 +1,25 @@
+"""fast.xp: the Python Array API standard (2023.12) over lazy buffers.
+
+`from fast import xp` gives the namespace over `fast`: arrays are lazy buffers, evaluated by fusion
+when a value is needed. The front end (fast/xp/_*.py) is written once against the public LazyBuffer
+API of docs/api.md and knows nothing else of `fast`; `namespace_for(reference)` gives the same
+namespace over `reference`'s buffers, so a model written against the standard runs on the
+executable specification for debugging. `reference` itself never imports this package (it shares
+no code with `fast`). Coverage, laziness, promotion and what raises: docs/api.md, section "fast.xp".
+"""
+from __future__ import annotations
+
+import sys
+
+import fast as _fast
+from fast.xp._namespace import API_VERSION, namespace_for
+
+__array_api_version__ = API_VERSION
+namespace_for(_fast, sys.modules[__name__])
+
+
+def reference_namespace() -> object:
+    """The same namespace over `reference` (imported on first use)."""
+    import reference
+
+    return namespace_for(reference)
