@@ -311,7 +311,17 @@ class _Lowering:
         """Several reduces: per output, each reduce in turn (later ones read the earlier results), then
         the STOREs. In a row kernel the STOREs walk the row's reduced axes (`plan.inner_axes`) and
         read the reduces as values uniform along the row; otherwise they store once per output."""
-        output_groups = self._open_loops(self.plan.output_axes, LoopKind.GLOBAL)
+        self._rows_nest(self.plan.output_axes)
+        tail = self.plan.tail_plan()
+        if tail is not None:  # as in `run`: the output positions the vectors left over, one lane at a time
+            axes, axis, start = tail
+            self.offsets[axis] = NumNode(start)
+            self.split_pending = True
+            self._rows_nest(axes)
+
+    def _rows_nest(self, output_axes: tuple[AxisPlan, ...]) -> None:
+        """`_run_rows` over the output loops of `output_axes`."""
+        output_groups = self._open_loops(output_axes, LoopKind.GLOBAL)
         values: list[dict[int, int]] = [{} for _ in output_groups]
         scratch = self._scratch_store()
         for index, reduce in enumerate(self.info.reduces):
@@ -332,7 +342,7 @@ class _Lowering:
                 for store in self.info.stores:
                     self._store(store, lanes, self._lower_node(store.src[0], lanes, values[copy], memo))
         self._close_loops(self.plan.inner_axes)
-        self._close_loops(self.plan.output_axes)
+        self._close_loops(output_axes)
 
     def _scratch_store(self) -> LazyOp | None:
         """In a row kernel whose one STORE recomputes the last reduce's input (softmax: exp(x - max)
