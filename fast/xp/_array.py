@@ -1,6 +1,8 @@
 """The Array object: a lazy buffer plus the namespace it belongs to.
 
-Invariants: `_lb` is a LazyBuffer of the namespace's backend with plain-int shape; nothing here
+Invariants: `_lb` is a LazyBuffer of the namespace's backend with plain-int shape, or (a sharded
+or replicated array, see `xp.shard`) one of its MultiLazyBuffers, whose `device` is the tuple of
+its devices' names; `device` is then that tuple and `to_device(name)` gathers it. Nothing here
 computes: operators build graph nodes through the namespace's functions, and only the conversions
 (`__array__`, `__dlpack__`, `__bool__`, `__int__`, `__float__`, `__index__`, `__complex__`,
 `__repr__`, `__iter__` over realized rows) realize. In-place operators and `__setitem__` rebind
@@ -10,11 +12,19 @@ the old value), after checking the result keeps `x`'s dtype and shape as the sta
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 API_VERSIONS = ("2021.12", "2022.12", "2023.12")
+
+
+class Sharding(NamedTuple):
+    """How an array spans several devices: shard i of `axis` on `devices[i]` (axis None: each device
+    holds the whole array)."""
+
+    devices: tuple[str, ...]
+    axis: int | None
 
 
 class Array:
@@ -34,8 +44,16 @@ class Array:
         return self._lb.dtype
 
     @property
-    def device(self) -> str:
-        return str(self._lb.device)
+    def device(self) -> str | tuple[str, ...]:
+        """The device's name; for a sharded or replicated array, the tuple of its devices' names."""
+        device = self._lb.device
+        return tuple(str(d) for d in device) if isinstance(device, tuple) else str(device)
+
+    @property
+    def sharding(self) -> Sharding | None:
+        """Extension: None for an array on one device, else its devices and sharded axis."""
+        device = self.device
+        return Sharding(device, self._lb.axis) if isinstance(device, tuple) else None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -70,9 +88,11 @@ class Array:
         return self._ns.module
 
     def to_device(self, device: Any, /, *, stream: Any = None) -> Array:
+        """A copy on `device`: a name gathers a sharded array there; a tuple of names is `xp.shard`
+        onto those devices keeping the sharded axis (an unsharded array is replicated)."""
         if stream is not None:
             raise ValueError(f"to_device: streams are not supported, got stream={stream!r}")
-        return self._ns._wrap(self._lb.copy_to_device(str(device)))
+        return self._ns._to_device(self, device)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ conversions (these realize)
 

@@ -2,8 +2,10 @@
 
 Invariants: `_operands` returns lazy buffers of one shape (the broadcast shape), one dtype (the
 promoted one) and one device; Python scalars become broadcast CONSTs of that dtype, never loads,
-so `x * 2.0` fuses like `x.e(MUL, x.const(2.0))`. Errors name the function and the bad values:
-TypeError for dtypes and argument types, ValueError for shapes and devices.
+so `x * 2.0` fuses like `x.e(MUL, x.const(2.0))` (for sharded operands the constant is the first
+array operand's `const`, laid out like it on every shard). Arrays mix only when they live on the same
+device, or the same tuple of devices (sharded or replicated alike). Errors name the function and the
+bad values: TypeError for dtypes and argument types, ValueError for shapes and devices.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from fast.xp import _dtypes as rules
 from fast.xp._array import Array
-from fast.xp._backend import DT, LB, Backend
+from fast.xp._backend import DT, LB, Backend, Device
 
 Scalar = bool | int | float
 
@@ -87,6 +89,40 @@ class NamespaceBase:
             allowed = {"b": "bool", "i": "signed integer", "u": "unsigned integer", "f": "floating"}
             raise TypeError(f"{fname}: not defined for dtype {name} (needs {' or '.join(allowed[k] for k in kinds)})")
 
+    # ------------------------------------------------------------ devices
+
+    def _is_sharded(self, x: Any) -> bool:
+        """Whether `x` is an array whose value spans several devices (a MultiLazyBuffer)."""
+        return isinstance(x, Array) and isinstance(x.device, tuple)
+
+    def _same_device(self, fname: str, arrays: list[Array]) -> Device:
+        """The one device (name, or tuple of names) all `arrays` live on; ValueError otherwise."""
+        devices = list(dict.fromkeys(a.device for a in arrays))
+        if len(devices) > 1:
+            hint = " (a sharded array mixes only with arrays on the same devices: move the other with " \
+                   "y.to_device(x.device), which replicates it)" if any(isinstance(d, tuple) for d in devices) else ""
+            raise ValueError(f"{fname}: operands live on different devices {devices}{hint}")
+        return devices[0]
+
+    def _devices(self, fname: str, devices: Any) -> tuple[str, ...]:
+        """A tuple or list of device names as the canonical tuple a MultiLazyBuffer reports; ValueError
+        for an empty or repeated tuple, a name the backend rejects, or a DISK device (it cannot compute)."""
+        if not isinstance(devices, (tuple, list)) or not devices:
+            raise ValueError(f"{fname}: devices must be a non-empty tuple of device names, got {devices!r}")
+        try:
+            names = tuple(self._backend.canonical(d) for d in devices)
+        except ValueError as err:
+            raise ValueError(f"{fname}: {err}") from None
+        if len(set(names)) != len(names) or any(n.startswith("DISK") for n in names):
+            raise ValueError(f"{fname}: devices {tuple(devices)} must be distinct compute devices")
+        return names
+
+    def _unsharded(self, fname: str, *arrays: Array) -> None:
+        """ValueError for functions that have no sharded form (they run numpy on one host buffer)."""
+        if any(self._is_sharded(a) for a in arrays):
+            raise ValueError(f"{fname}: sharded arrays are not supported here; gather first with "
+                             "x.to_device(device)")
+
     # ------------------------------------------------------------ operands
 
     def _expand(self, lb: LB, shape: tuple[int, ...]) -> LB:
@@ -119,19 +155,16 @@ class NamespaceBase:
         arrays = [self._array(fname, a) for a in args if isinstance(a, Array)]
         if not arrays:
             raise TypeError(f"{fname}: needs at least one array operand, got {[type(a).__name__ for a in args]}")
-        devices = {a.device for a in arrays}
-        if len(devices) > 1:
-            raise ValueError(f"{fname}: operands live on different devices {sorted(devices)}")
+        device = self._same_device(fname, arrays)
         name = dtype or functools.reduce(rules.promote, [a.dtype.name for a in arrays])
         shape = broadcast_shapes(fname, *[a.shape for a in arrays])
-        device = arrays[0].device
-        lbs: list[LB] = []
-        for a in args:
-            if isinstance(a, Array):
-                lbs.append(self._expand(self._cast(a._lb, name), shape))
-            else:
+        lbs = [self._expand(self._cast(a._lb, name), shape) if isinstance(a, Array) else None for a in args]
+        template = next(lb for lb in lbs if lb is not None)
+        for i, a in enumerate(args):
+            if lbs[i] is None:
                 value = self._scalar_value(fname, a, name)
-                lbs.append(self._backend.const(value, shape, self._dt(name), device))
+                lbs[i] = template.const(value) if isinstance(device, tuple) else \
+                    self._backend.const(value, shape, self._dt(name), device)
         return lbs, name
 
     # ------------------------------------------------------------ small graph helpers

@@ -15,7 +15,7 @@ import numpy as np
 
 from fast.xp import _dtypes as rules
 from fast.xp._array import Array
-from fast.xp._backend import DT, DTYPE_NAMES
+from fast.xp._backend import DT, DTYPE_NAMES, Device
 from fast.xp._rounding import RoundingMixin
 
 Shape = int | Sequence[int]
@@ -41,7 +41,10 @@ class Info:
         return str(self._ns._backend.default_device)
 
     def devices(self) -> list[str]:
-        return ["CLANG", "LLVM"]
+        """The compute device kinds the backend can use here (for `fast`: those its `Device` registry
+        opens). Any numbered name of a listed kind (`CLANG:1`, ...) works too, and so does a tuple
+        of names (a replicated array; `xp.shard` splits one)."""
+        return list(self._ns._backend.usable_devices)
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, Any]:
         dt = self._ns._dt
@@ -61,8 +64,11 @@ class CreationMixin(RoundingMixin):
     def __array_namespace_info__(self) -> Info:
         return Info(self)
 
-    def _device(self, device: Any) -> str:
-        return self._backend.default_device if device is None else str(device)
+    def _device(self, device: Any, fname: str) -> Device:
+        """None: the default device; a tuple or list of names: those devices (a replicated array)."""
+        if device is None:
+            return self._backend.default_device
+        return self._devices(fname, device) if isinstance(device, (tuple, list)) else str(device)
 
     def _infer(self, data: np.ndarray, python: bool) -> str:
         kind = data.dtype.kind
@@ -77,8 +83,9 @@ class CreationMixin(RoundingMixin):
         low, high = rules.int_range(rules.DEFAULT_INT)
         return rules.DEFAULT_INT if data.size == 0 or (low <= data.min() and data.max() <= high) else "int64"
 
-    def _upload(self, data: np.ndarray, name: str, device: str) -> Array:
-        """Host values as a realized buffer of dtype `name` (bfloat16 through float32)."""
+    def _upload(self, data: np.ndarray, name: str, device: Device) -> Array:
+        """Host values as a realized buffer of dtype `name` (bfloat16 through float32); a tuple of
+        devices gets a copy on each (replicated)."""
         via = "float32" if name == "bfloat16" else name
         lb = self._backend.from_numpy(np.array(data, dtype=np.dtype(via), order="C"), device)
         return self._wrap(self._cast(lb, name))
@@ -86,23 +93,27 @@ class CreationMixin(RoundingMixin):
     def asarray(self, obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None) -> Array:
         """An array from an array of this namespace (no copy needed: arrays have value semantics),
         a Python scalar or nested sequence, a numpy array or anything with `__array__`/`__dlpack__`,
-        or (extension) a LazyBuffer of this namespace's backend, wrapped lazily (DISK: copied to `device`)."""
+        or (extension) a LazyBuffer or MultiLazyBuffer of this namespace's backend, wrapped lazily
+        (DISK: copied to `device`). `device` may be a tuple of names: the array is replicated on them
+        (an array already on exactly those devices, sharded or not, is kept as it is)."""
         want = None if dtype is None else self._dtype_name("asarray", dtype)
         if isinstance(obj, Array) and obj._ns is self:
-            if copy is False and ((want and want != obj.dtype.name) or (device and str(device) != obj.device)):
+            place = None if device is None else self._device(device, "asarray")
+            if copy is False and ((want and want != obj.dtype.name) or (place is not None and place != obj.device)):
                 raise ValueError("asarray: copy=False, but the dtype or device change needs a copy")
-            out = obj if device is None else obj.to_device(device)
+            out = obj if place is None else obj.to_device(place)
             return out if want is None else self._wrap(self._cast(out._lb, want))
-        if isinstance(obj, self._backend.LazyBuffer):  # extension: wrap a lazy buffer (a DISK one is copied)
-            lb = obj if not str(obj.device).startswith("DISK") else obj.copy_to_device(self._device(device))
-            out = self._wrap(lb if device is None or lb.device == device else lb.copy_to_device(str(device)))
+        if isinstance(obj, self._backend.LazyBuffer) or self._backend.is_multi(obj):  # extension: wrap it
+            disk = isinstance(obj.device, str) and obj.device.startswith("DISK")
+            out = self._wrap(obj.copy_to_device(self._device(device, "asarray")) if disk else obj)
+            out = out if device is None or disk else out.to_device(device)
             return out if want is None else self._wrap(self._cast(out._lb, want))
         if copy is False:
             raise ValueError(f"asarray: copy=False is impossible for {type(obj).__name__} (uploads always copy)")
         python = not (isinstance(obj, (np.ndarray, np.generic, Array)) or hasattr(obj, "__array__"))
         data = np.asarray(obj)
         name = want or self._infer(data, python)
-        return self._upload(data, name, self._device(device))
+        return self._upload(data, name, self._device(device, "asarray"))
 
     def from_dlpack(self, x: Any, /, *, device: Any = None, copy: bool | None = None) -> Array:
         return self.asarray(np.from_dlpack(x), device=device, copy=copy)
@@ -122,7 +133,7 @@ class CreationMixin(RoundingMixin):
         name = self._fill_dtype("full", fill_value, dtype)
         dims = shape_tuple("full", shape)
         value = self._scalar_value("full", fill_value, name) if rules.kind(name) != "f" else float(fill_value)
-        return self._wrap(self._backend.const(value, dims, self._dt(name), self._device(device)))
+        return self._wrap(self._backend.const(value, dims, self._dt(name), self._device(device, "full")))
 
     def zeros(self, shape: Shape, *, dtype: Any = None, device: Any = None) -> Array:
         return self.full(shape, 0, dtype=dtype or self._dt(rules.DEFAULT_FLOAT), device=device)
@@ -135,7 +146,12 @@ class CreationMixin(RoundingMixin):
         return self.zeros(shape, dtype=dtype, device=device)
 
     def _like(self, fname: str, x: Any, value: Any, dtype: Any, device: Any) -> Array:
+        """A constant shaped like `x`; on a sharded `x` (and no other device asked) laid out like it."""
         arr = self._array(fname, x)
+        if device is None and self._is_sharded(arr):
+            name = self._fill_dtype(fname, value, dtype or arr.dtype)
+            fill = self._scalar_value(fname, value, name) if rules.kind(name) != "f" else float(value)
+            return self._wrap(self._cast(arr._lb, name).const(fill))
         return self.full(arr.shape, value, dtype=dtype or arr.dtype, device=device or arr.device)
 
     def full_like(self, x: Any, /, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Array:
@@ -159,18 +175,18 @@ class CreationMixin(RoundingMixin):
         name = self._dtype_name("arange", dtype) if dtype is not None else \
             (rules.DEFAULT_INT if python_ints else rules.DEFAULT_FLOAT)
         via = "float32" if name == "bfloat16" else name
-        return self._upload(np.arange(start, stop, step, dtype=np.dtype(via)), name, self._device(device))
+        return self._upload(np.arange(start, stop, step, dtype=np.dtype(via)), name, self._device(device, "arange"))
 
     def linspace(self, start: float, stop: float, /, num: int, *, dtype: Any = None, device: Any = None,
                  endpoint: bool = True) -> Array:
         name = self._dtype_name("linspace", dtype) if dtype is not None else rules.DEFAULT_FLOAT
         self._check_kind("linspace", name, "f")
-        return self._upload(np.linspace(start, stop, num, endpoint=endpoint), name, self._device(device))
+        return self._upload(np.linspace(start, stop, num, endpoint=endpoint), name, self._device(device, "linspace"))
 
     def eye(self, n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = None,
             device: Any = None) -> Array:
         name = self._dtype_name("eye", dtype) if dtype is not None else rules.DEFAULT_FLOAT
-        return self._upload(np.eye(n_rows, n_cols, k), name, self._device(device))
+        return self._upload(np.eye(n_rows, n_cols, k), name, self._device(device, "eye"))
 
     def _triangle(self, fname: str, x: Any, k: int, lower: bool) -> Array:
         arr = self._array(fname, x)

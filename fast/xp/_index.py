@@ -85,6 +85,7 @@ class IndexMixin(ManipulationMixin):
 
     def _getitem(self, arr: Array, key: Any) -> Array:
         if isinstance(key, Array) and key.ndim:
+            self._unsharded("__getitem__", arr, key)
             if key.dtype.name == "bool":
                 return self._masked(arr, key)
             if not arr.ndim:
@@ -103,6 +104,7 @@ class IndexMixin(ManipulationMixin):
 
     def take(self, x: Any, indices: Any, /, *, axis: int | None = None) -> Array:
         arr, idx = self._array("take", x), self._array("take", indices)
+        self._unsharded("take", arr, idx)
         if idx.dtype.name not in rules.SIGNED + rules.UNSIGNED:
             raise TypeError(f"take: indices must have an integer dtype, got {idx.dtype.name}")
         if axis is None:
@@ -128,11 +130,13 @@ class IndexMixin(ManipulationMixin):
     def _value(self, arr: Array, value: Any, shape: tuple[int, ...]) -> LB:
         name = arr.dtype.name
         if isinstance(value, Array):
+            self._same_device("__setitem__", [arr, self._array("__setitem__", value)])
             return self._expand(self._cast(self._array("__setitem__", value)._lb, name), shape)
         return self._backend.const(self._scalar_value("__setitem__", value, name), shape, arr.dtype, arr.device)
 
     def _setitem(self, arr: Array, key: Any, value: Any) -> Array:
         if isinstance(key, Array) and key.dtype.name == "bool":
+            self._same_device("__setitem__", [arr, key])
             if key.shape != arr.shape[:key.ndim]:
                 raise IndexError(f"__setitem__: boolean index of shape {key.shape} does not match {arr.shape}")
             mask = self._expand(key._lb.reshape((*key.shape, *(1,) * (arr.ndim - key.ndim))), arr.shape)

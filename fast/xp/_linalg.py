@@ -22,6 +22,7 @@ class LinalgMixin(IndexMixin):
 
     def matmul(self, x1: Any, x2: Any, /) -> Array:
         a, b = self._array("matmul", x1), self._array("matmul", x2)
+        self._same_device("matmul", [a, b])
         if not a.ndim or not b.ndim:
             raise ValueError(f"matmul: operands must be at least 1-d, got shapes {a.shape} and {b.shape}")
         name = self.result_type(a, b).name

@@ -118,8 +118,11 @@ class ManipulationMixin(ReduceMixin):
         rest = {a.shape[:ax] + a.shape[ax + 1:] for a in arrs}
         if len(rest) > 1:
             raise ValueError(f"concat: shapes {[a.shape for a in arrs]} differ outside axis {axis}")
-        if len({a.device for a in arrs}) > 1:
-            raise ValueError(f"concat: arrays live on different devices {sorted({a.device for a in arrs})}")
+        self._same_device("concat", arrs)
+        layout = arrs[0].sharding
+        if layout is not None and layout.axis == ax and len(arrs) > 1:
+            raise ValueError(f"concat: joining along sharded axis {ax} is not supported; gather first with "
+                             "x.to_device(device)")
         name = self.result_type(*arrs).name
         lbs = [self._cast(a._lb, name) for a in arrs]
         total = sum(a.shape[ax] for a in arrs)

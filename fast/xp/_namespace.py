@@ -4,6 +4,8 @@
 functions (bound methods of one `Namespace` object), the dtypes (the backend's own DType objects),
 the constants and a `linalg` sub-namespace. One namespace per backend (cached): arrays compare
 `x.__array_namespace__() is namespace_for(backend)`. Arrays of two namespaces never mix (TypeError).
+Every function (and `Array` indexing) carries the sharding guard of fast/xp/_shard.py; the
+extensions (`shard`) are exported next to the standard's names.
 """
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import math
 import sys
 from types import ModuleType
 
-from fast.xp._array import Array
+from fast.xp._array import Array, Sharding
 from fast.xp._backend import DTYPE_NAMES, Backend
-from fast.xp._sorting import SortingMixin
+from fast.xp._shard import ShardMixin, guarded
 
 API_VERSION = "2023.12"
 
@@ -37,11 +39,18 @@ FUNCTIONS = (
     "unique_values argsort sort cumulative_sum max mean min prod std sum var all any"
 ).split()
 LINALG = ("matmul", "matrix_transpose", "tensordot", "vecdot", "vector_norm", "outer")
+EXTENSIONS = ("shard",)  # beyond the standard: functions of this project's own
 EXTRA_DTYPES = ("float16", "bfloat16")  # beyond the standard's dtypes: an extension
 
 
-class Namespace(SortingMixin):
+class Namespace(ShardMixin):
     """Every function group over one backend."""
+
+
+for _name in (*FUNCTIONS, *LINALG, *EXTENSIONS):
+    setattr(Namespace, _name, guarded(_name, getattr(Namespace, _name)))
+setattr(Namespace, "_getitem", guarded("__getitem__", Namespace._getitem))  # noqa: B010
+setattr(Namespace, "_setitem", guarded("__setitem__", Namespace._setitem))  # noqa: B010
 
 
 _NAMESPACES: dict[str, ModuleType] = {}
@@ -56,9 +65,9 @@ def namespace_for(backend: ModuleType, module: ModuleType | None = None) -> Modu
     module = module or ModuleType(f"fast.xp.over_{key}", f"The Array API namespace over {key}'s LazyBuffer.")
     ns = Namespace(Backend(backend), module)
     names: list[str] = []
-    for name in FUNCTIONS:
+    for name in (*FUNCTIONS, *EXTENSIONS):
         setattr(module, name, getattr(ns, name))
-    names.extend(FUNCTIONS)
+    names.extend((*FUNCTIONS, *EXTENSIONS))
     for name in DTYPE_NAMES:
         setattr(module, name, ns._dt(name))
     names.extend(DTYPE_NAMES)
@@ -67,7 +76,8 @@ def namespace_for(backend: ModuleType, module: ModuleType | None = None) -> Modu
         setattr(linalg, name, getattr(ns, name))
     linalg.__all__ = list(LINALG)  # type: ignore[attr-defined]
     constants = {"e": math.e, "pi": math.pi, "inf": math.inf, "nan": math.nan, "newaxis": None,
-                 "linalg": linalg, "Array": Array, "__array_namespace_info__": ns.__array_namespace_info__}
+                 "linalg": linalg, "Array": Array, "Sharding": Sharding,
+                 "__array_namespace_info__": ns.__array_namespace_info__}
     for name, value in constants.items():
         setattr(module, name, value)
     names.extend(constants)

@@ -56,6 +56,10 @@ class ReduceMixin(CreationMixin):
     def prod(self, x: Any, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Array:
         arr = self._array("prod", x)
         axes = normalize_axes("prod", axis, arr.ndim)
+        layout = arr.sharding
+        if layout is not None and layout.axis in axes:
+            raise ValueError(f"prod: the product over sharded axis {layout.axis} is not supported (reductions "
+                             "across devices are SUM and MAX only); gather first with x.to_device(device)")
         lb = self._accumulator("prod", arr, dtype)
         return self._finish(self._tree_product(lb, axes), axes, keepdims)
 
@@ -209,6 +213,7 @@ class ReduceMixin(CreationMixin):
     def where(self, condition: Any, x1: Any, x2: Any, /) -> Array:
         cond = self._array("where", condition)
         (a, b), name = self._operands("where", x1, x2)
+        self._same_device("where", [cond, *(v for v in (x1, x2) if isinstance(v, Array))])
         self._check_kind("where", name, ANY)
         shape = tuple(int(s) for s in a.shape)
         full = broadcast_shapes("where", cond.shape, shape)

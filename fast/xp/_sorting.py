@@ -15,6 +15,7 @@ import numpy as np
 
 from fast.xp import _dtypes as rules
 from fast.xp._array import Array
+from fast.xp._backend import Device
 from fast.xp._base import normalize_axis
 from fast.xp._linalg import LinalgMixin
 
@@ -37,6 +38,7 @@ class SortingMixin(LinalgMixin):
 
     def sort(self, x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Array:
         arr = self._array("sort", x)
+        self._unsharded("sort", arr)
         ax = normalize_axis("sort", axis, arr.ndim)
 
         def run(out: np.ndarray, values: np.ndarray) -> None:
@@ -46,6 +48,7 @@ class SortingMixin(LinalgMixin):
 
     def argsort(self, x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Array:
         arr = self._array("argsort", x)
+        self._unsharded("argsort", arr)
         ax = normalize_axis("argsort", axis, arr.ndim)
 
         def run(out: np.ndarray, values: np.ndarray) -> None:
@@ -57,7 +60,7 @@ class SortingMixin(LinalgMixin):
         arr = self._array(fname, x)
         return arr, np.asarray(arr)
 
-    def _index_array(self, values: np.ndarray, device: str) -> Array:
+    def _index_array(self, values: np.ndarray, device: Device) -> Array:
         return self._upload(values.astype(np.int64), rules.DEFAULT_INDEX, device)
 
     def unique_values(self, x: Any, /) -> Array:
@@ -103,6 +106,7 @@ class SortingMixin(LinalgMixin):
         if base.ndim != 1:
             raise ValueError(f"searchsorted: x1 must be 1-d, got shape {base.shape}")
         if sorter is not None:
+            self._unsharded("searchsorted", base, sorter)
             base = self.take(base, sorter)
         (a, v), _ = self._operands("searchsorted", base, self.reshape(values, (*values.shape, 1)))
         before = self._lt(a, v) if side == "left" else self._not(self._lt(v, a))
