@@ -1,8 +1,9 @@
 """Command line: `python -m conformance [--examples N] [--devices CLANG,...] [--seed S] [--profile ci|full]`.
 
-Prints a progress line on stderr, then the coverage table, then every distinct failure with a
-runnable snippet. Exit status: 0 when the candidate agrees with reference everywhere, 1 otherwise
-(2 with --require-coverage when a required item was not exercised).
+Prints progress on stderr (a tqdm bar in a terminal; plain lines every 30 s in a pipe or a CI log), then
+the coverage table, then every distinct failure with a runnable snippet (ending in the line that runs
+it through `python -m fast.debug`). Exit status: 0 when the candidate agrees with reference everywhere,
+1 otherwise (2 with --require-coverage when a required item was not exercised).
 """
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from typing import TextIO
+
+from tqdm import tqdm
 
 from conformance import coverage
+from conformance.directed import directed_programs
 from conformance.profiles import PROFILES
 from conformance.runner import RunResult, run
 
@@ -34,14 +39,37 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _progress(total: int, start: float) -> object:
-    def show(done: int, failures: int) -> None:
-        width = 30
-        filled = min(width, width * done // max(total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} programs, "
-                         f"{failures} failing, {time.time() - start:.0f}s ")
-        sys.stderr.flush()
-    return show
+class Progress:
+    """Progress of a run on `stream` (stderr). In a terminal, a tqdm bar redrawn in place; elsewhere (a
+    pipe, a CI log) a plain line every `every` seconds and one when the run ends: never a carriage
+    return. Called as `progress(done, failures)` by the runner; `close()` when the run is over."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, every: float = 30.0) -> None:
+        self.total, self.stream, self.every = total, stream or sys.stderr, every
+        self.done = self.failures = 0
+        self.start = self.last = time.time()
+        self.bar = tqdm(total=total, unit="program", desc="conformance", file=self.stream, dynamic_ncols=True,
+                        leave=True) if self.stream.isatty() else None
+
+    def __call__(self, done: int, failures: int) -> None:
+        self.done, self.failures = done, failures
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+            self.bar.set_postfix(failing=failures, refresh=True)
+        elif time.time() - self.last >= self.every:
+            self.line()
+
+    def line(self) -> None:
+        self.stream.write(f"[conformance] {self.done}/{self.total} programs, {self.failures} failing, "
+                          f"{time.time() - self.start:.0f}s\n")
+        self.stream.flush()
+        self.last = time.time()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            self.line()
 
 
 def report(result: RunResult, header: str) -> str:
@@ -71,13 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     examples = profile.examples if args.examples is None else args.examples
     limit = profile.time_limit if args.time_limit is None else args.time_limit
     start = time.time()
+    progress = Progress(examples + len(directed_programs(gen)))
     try:
         result = run(gen, args.candidate, examples, max(1, args.jobs), args.seed, profile.shrink_seconds, limit,
-                     _progress(examples, start))  # type: ignore[arg-type]
+                     progress)
+        progress(result.examples, len(result.failures))
     finally:
+        progress.close()
         if disk_dir is not None:
             shutil.rmtree(disk_dir, ignore_errors=True)
-    sys.stderr.write("\n")
     result.seconds = time.time() - start
     header = (f"conformance: reference vs {args.candidate}, profile {profile.name}, devices {','.join(kinds)}, "
               f"seed {args.seed}, {args.jobs} jobs")

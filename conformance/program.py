@@ -286,4 +286,28 @@ class Program:
             lines.append(f"print('{candidate}:', attempt({candidate}))")
         if self.expect:
             lines.append(f"# expected: the last step raises {self.expect}")
+        if candidate == "fast":
+            lines += self._debug_tail()
         return "\n".join(lines)
+
+    def _debug_tail(self) -> list[str]:
+        """Snippet lines ending in the program's buffers (left lazy), for `python -m fast.debug`: the
+        fetched values (else the last value) of the steps that do not raise."""
+        steps = self.steps[:-1] if self.expect else self.steps
+        lines = ["", "# The program's buffers, left lazy: `python -m fast.debug` runs this file under",
+                 "# fast.debug.trace() and compares the graph of its last expression with reference node by",
+                 "# node: the first node that differs, its inputs and the kernel it is fused into",
+                 "# (docs/debugging.md).", "def graph(T):"]
+        for index, step in enumerate(steps):
+            if not isinstance(step, Fetch):
+                text = step.render(lambda i: f"v{i}")
+                lines.append(f"    v{index} = {text}" if produces_value(step) else f"    {text}")
+        made = [index for index, step in enumerate(steps) if produces_value(step)]
+        fetched = list(dict.fromkeys(s.item for s in steps if isinstance(s, Fetch) and s.item in made))
+        lines.append(f"    return [{', '.join(f'v{i}' for i in fetched or made[-1:])}]")
+        if self.ring is not None:
+            lines += [f"with config.override(ring={self.ring}) if config else contextlib.nullcontext():",
+                      "    buffers = graph(fast)"]
+        else:
+            lines.append("buffers = graph(fast)")
+        return [*lines, "buffers  # python -m fast.debug THIS_FILE.py"]

@@ -3,7 +3,8 @@
 Top-level API: `LazyBuffer`, `MultiLazyBuffer`, `dtypes`, `DType`, the op enums, `Variable`,
 `from_numpy`, `realize`, `to_numpy`, `schedule`, the `Device` registry, and safetensors files over
 DISK: `safe_load`, `safe_load_metadata`, `safe_save` (fast/safetensors.py), and `xp`, the Array API
-namespace over lazy buffers (fast/xp/; imported last: it is written against the names above).
+namespace over lazy buffers (fast/xp/; imported last: it is written against the names above), and `debug`
+(fast/debug/: compare with `reference` node by node, graph pictures, GRAPH=1, the DEBUG=2 schedule table).
 """
 from fast.device import Device
 from fast.dtype import DType, dtypes
@@ -15,7 +16,9 @@ from fast.safetensors import safe_load, safe_load_metadata, safe_save
 from fast.shape.symbolic import Variable
 
 __all__ = ["BinaryOps", "DType", "Device", "LazyBuffer", "LoadOps", "MultiLazyBuffer", "ReduceOps", "TernaryOps",
-           "UnaryOps", "Variable", "dtypes", "from_numpy", "realize", "safe_load", "safe_load_metadata", "safe_save",
-           "schedule", "to_numpy", "xp"]
+           "UnaryOps", "Variable", "debug", "dtypes", "from_numpy", "realize", "safe_load", "safe_load_metadata",
+           "safe_save", "schedule", "to_numpy", "xp"]
 
-from fast import xp  # noqa: E402 - last: the Array API front end is written against the names above
+# last, as both build on the names above: debug (compare, graph pictures, GRAPH=1, DEBUG=2) and xp (the
+# Array API front end, written against the public LazyBuffer API)
+from fast import debug, xp  # noqa: E402

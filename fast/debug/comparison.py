@@ -1,0 +1,240 @@
+"""`compare(*buffers)`: replay a `fast` graph on `reference` node by node; report the first node that differs.
+
+1. fromgraph.collect: the records of the buffers (trace records where the user traced, else rebuilt
+   from the lazy graph), in program order.
+2. runs.run_reference: every record built, realized and read on reference (the expected values).
+3. tolerances.Tolerances: conformance's tolerance per record, `alone` and `full` (docs/semantics.md).
+4. actual.run_alone (each op by itself, unfused, on reference's input values) and actual.run_fused
+   (a clone of the graph in its fused schedule).
+5. The first record in program order whose value or error differs, unfused or fused; a value that
+   differs only fused is narrowed to the first ancestor whose fused value differs (actual.first_fused).
+
+Invariants: the user's graph is not changed and not realized (only realized inputs are read);
+recording is paused; GRAPH=1 writes no picture of compare's own realizes; `fast` copies of DISK
+buffers live in a temporary folder removed before returning.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fast import config
+from fast.debug.actual import Alone, Fused, first_fused, is_input, kernel_ref, run_alone, run_fused
+from fast.debug.fromgraph import Nodes, collect
+from fast.debug.records import DeviceMap, Record
+from fast.debug.report import Difference, KernelRef, Report
+from fast.debug.runs import UNCOMPARED, Outcome, error_kind, run_reference
+from fast.debug.tolerances import Tolerances, bad
+from fast.debug.trace import paused
+from fast.debug.values import DiskMap, Value
+
+
+@dataclass
+class Verdict:
+    """How one record's actual outcome differs from the expected one."""
+
+    reason: str
+    actual: Value | None = None
+    bad: np.ndarray | None = None
+    tolerance: np.ndarray | None = None
+    error: str | None = None
+
+
+@dataclass
+class Context:
+    nodes: Nodes
+    expected: dict[Record, Outcome]
+    tolerances: Tolerances
+    devices: DeviceMap
+    rtol: float | None
+    atol: float | None
+    alone: dict[Record, Alone]
+    fused: Fused
+    skip_fused: set[Record] = field(default_factory=set)
+
+    def name(self, record: Record) -> str:
+        return f"v{self.tolerances.number[record]}"
+
+    def code(self, record: Record) -> str:
+        return f"{self.name(record)} = {record.render(self.name)}"
+
+
+def _device(devices: DeviceMap, device: Any) -> Any:
+    return tuple(devices(d) for d in device) if isinstance(device, tuple) else devices(device)
+
+
+def _layout(value: Value) -> Any:
+    """A multi buffer's sharding: axis, real flags and every shard's shape (None for one buffer)."""
+    return None if value.shards is None else (value.axis, value.real, tuple(s.shape for s in value.shards))
+
+
+def verdict(ctx: Context, expected: Outcome, actual: Outcome, tolerance: np.ndarray | None) -> Verdict | None:
+    """None when `actual` agrees with `expected` (or nothing can be compared), else how it differs."""
+    if any(error is not None and error.startswith(UNCOMPARED) for error in (expected.error, actual.error)):
+        return None
+    if expected.error is not None or actual.error is not None:
+        if error_kind(expected.error) == error_kind(actual.error):
+            return None
+        return Verdict(f"reference: {expected.error or 'no error'}; fast: {actual.error or 'no error'}",
+                       actual.value, error=actual.error)
+    want, got = expected.value, actual.value
+    if want is None or got is None:
+        return None
+    meta = [(what, a, b) for what, a, b in (("shape", want.shape, got.shape), ("dtype", want.dtype, got.dtype),
+                                            ("device", _device(ctx.devices, want.device), got.device),
+                                            ("layout (axis, real, shard shapes)", _layout(want), _layout(got)))
+            if a != b]
+    if meta:
+        return Verdict("; ".join(f"{what} {a} (reference) vs {b} (fast)" for what, a, b in meta), got)
+    mask = bad(want, got, tolerance, ctx.rtol, ctx.atol)
+    if not mask.any():
+        return None
+    return Verdict(f"{int(mask.sum())} of {mask.size} elements differ", got, mask, tolerance)
+
+
+def _skip_fused(nodes: Nodes) -> set[Record]:
+    """Records whose fused value is not compared: inputs and values computed from undefined memory
+    (EMPTY). (Assign targets are read right after the realize that computed them, actual.run_fused.)"""
+    skip: set[Record] = set()
+    undefined: set[Record] = set()
+    for record in nodes.order:
+        sources = nodes.inputs[record]
+        if record.method == "assign":  # its target's old value does not matter
+            sources = sources[1:]
+        if (record.method == "loadop" and record.op == "EMPTY") or \
+                (record.method != "const" and any(source in undefined for source in sources)):
+            undefined.add(record)
+        if is_input(record):
+            skip.add(record)
+    return skip | undefined
+
+
+def _fused_outcome(ctx: Context, record: Record) -> Outcome | None:
+    outcome = ctx.fused.replay.outcomes.get(record)
+    if record in ctx.skip_fused or outcome is None:
+        return None
+    if outcome.value is None and outcome.error is None and record in ctx.nodes.outputs and ctx.fused.error:
+        return Outcome(error=ctx.fused.error)
+    return outcome if outcome.value is not None or outcome.error is not None else None
+
+
+def _first(ctx: Context) -> Difference | None:
+    """The first difference in program order (module docstring, step 5)."""
+    for record in ctx.nodes.order:
+        full = ctx.tolerances.full(record)
+        expected = ctx.expected[record]
+        alone = ctx.alone.get(record)
+        undefined = record.method == "loadop" and record.op == "EMPTY"  # no value to compare
+        unfused = None if alone is None or undefined else \
+            verdict(ctx, expected, alone.outcome, ctx.tolerances.alone(record))
+        fused_outcome = _fused_outcome(ctx, record)
+        fused = None if fused_outcome is None else verdict(ctx, expected, fused_outcome, full)
+        if unfused is not None:
+            return _difference(ctx, record, unfused, True, fused is not None if fused_outcome else None)
+        if fused is not None:
+            return _narrow(ctx, record, fused)
+    return None
+
+
+def _ancestors(nodes: Nodes, record: Record) -> list[Record]:
+    found, stack = set(), [record]
+    while stack:
+        for source in nodes.inputs[stack.pop()]:
+            if source not in found:
+                found.add(source)
+                stack.append(source)
+    return [r for r in nodes.order if r in found]
+
+
+def _narrow(ctx: Context, record: Record, found: Verdict) -> Difference:
+    """A value that differs only fused: the first ancestor whose own fused value differs, or itself."""
+    seen: dict[Record, Verdict] = {}
+
+    def differs(candidate: Record, outcome: Outcome) -> bool:
+        result = verdict(ctx, ctx.expected[candidate], outcome, ctx.tolerances.full(candidate))
+        if result is not None:
+            seen[candidate] = result
+        return result is not None
+    earlier = first_fused(_ancestors(ctx.nodes, record), ctx.nodes, ctx.devices, differs)
+    if earlier is None:
+        return _difference(ctx, record, found, False, True)
+    return _difference(ctx, earlier, seen[earlier], False, True)
+
+
+def _kernel(ctx: Context, record: Record) -> tuple[KernelRef | None, bool]:
+    """The fused schedule's item computing `record`, else the first one reading it (through views):
+    (item, whether it only reads it)."""
+    users, seen, queue = ctx.nodes.users(), {record}, [record]
+    while queue:
+        current = queue.pop(0)
+        found = ctx.fused.kernel(current)
+        if found is not None:
+            return found, current is not record
+        for user in users[current]:
+            if user not in seen:
+                seen.add(user)
+                queue.append(user)
+    return None, False
+
+
+def _difference(ctx: Context, record: Record, found: Verdict, unfused: bool, fused: bool | None) -> Difference:
+    expected = ctx.expected[record]
+    want = expected.value
+    inputs = [(ctx.name(s), None if ctx.expected[s].value is None else ctx.expected[s].value.array)  # type: ignore[union-attr]
+              for s in ctx.nodes.inputs[record]]
+    alone = ctx.alone.get(record)
+    kernel, reads = _kernel(ctx, record)
+    return Difference(
+        ctx.tolerances.number[record], ctx.code(record), record.op, record.arg,
+        want.shape if want else None, want.dtype if want else None, want.device if want else None,
+        want.array if want else None, found.actual.array if found.actual else None, found.bad, found.tolerance,
+        expected.error, found.error, found.reason, unfused, fused, inputs,
+        kernel, alone.kernels if alone else [], record.origin == "trace", reads)
+
+
+def _notes(ctx: Context) -> list[str]:
+    notes = []
+    rebuilt = [r for r in ctx.nodes.order if r.origin == "graph" and r.target != "value"]
+    if rebuilt:
+        notes.append(f"{len(rebuilt)} nodes rebuilt from the lazy graph (not traced): rewrites fast made while "
+                     "building them (constant folding, all-reduce, split reduces) are compared as built; "
+                     "build the graph under fast.debug.trace() to check those too")
+    failed = [ctx.name(r) for r in ctx.nodes.order if (e := ctx.expected[r].error) and not e.startswith(UNCOMPARED)]
+    if failed:
+        notes.append(f"reference raised at {', '.join(failed[:8])}{' ...' if len(failed) > 8 else ''}")
+    return notes
+
+
+def _check_tolerance(name: str, value: float | None) -> None:
+    if value is not None and (not isinstance(value, (int, float)) or not value >= 0):
+        raise ValueError(f"compare: {name} must be a number >= 0 or None, got {value!r}")
+
+
+def compare(*buffers: Any, rtol: float | None = None, atol: float | None = None) -> Report:
+    """Compare the graph of `buffers` with reference node by node (module docstring). `rtol`, `atol`:
+    extra slack on top of docs/semantics.md, |reference - fast| <= atol + rtol * |reference|."""
+    if not buffers:
+        raise ValueError("compare: give at least one LazyBuffer or MultiLazyBuffer")
+    _check_tolerance("rtol", rtol)
+    _check_tolerance("atol", atol)
+    devices = DiskMap()
+    try:
+        with paused(), config.override(graph=False):
+            return _compare(buffers, rtol, atol, devices)
+    finally:
+        devices.close()
+
+
+def _compare(buffers: Sequence[Any], rtol: float | None, atol: float | None, devices: DeviceMap) -> Report:
+    nodes = collect(buffers)
+    expected = run_reference(nodes)
+    values = {record: outcome.value for record, outcome in expected.items() if outcome.value is not None}
+    ctx = Context(nodes, expected, Tolerances(nodes.order, nodes.inputs, values), devices, rtol, atol,
+                  run_alone(nodes, expected, devices), run_fused(nodes, devices), _skip_fused(nodes))
+    first = _first(ctx)
+    schedule = [kernel_ref(item, position) for position, item in enumerate(ctx.fused.items)]
+    return Report([ctx.code(r) for r in nodes.order], first, _notes(ctx), schedule,
+                  sum(r.origin == "trace" for r in nodes.order))

@@ -1,0 +1,98 @@
+"""Values moved between `fast` and `reference`: read a buffer's value, build a realized copy of it.
+
+A `Value` is what `to_numpy` shows (bfloat16 as float32 holding the bfloat16 values), plus, for a
+MultiLazyBuffer, every shard's own Value (non-real shards included), its axis and real flags, so a copy
+has the same layout. `materialize(pkg, value)` builds a realized buffer of `pkg` holding exactly those
+bits (bfloat16 through its bit pattern, so NaN payloads survive).
+
+`DiskMap` gives `fast` copies of DISK buffers files of their own in a temporary folder: compare never
+writes a file of the user's.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from fast.debug.records import DeviceMap, same_device
+
+
+@dataclass(frozen=True, eq=False)
+class Value:
+    """A buffer's value: `array` as `to_numpy` gives it, `dtype` by name, `device` (a tuple for a multi
+    buffer); for a multi buffer also `shards` (each shard's Value), `axis` and `real`."""
+
+    array: np.ndarray
+    dtype: str
+    device: str | tuple[str, ...]
+    shards: tuple[Value, ...] | None = None
+    axis: int | None = None
+    real: tuple[bool, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"Value({self.dtype}{list(self.array.shape)} on {self.device})"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(size) for size in self.array.shape)
+
+
+def read(pkg: ModuleType, obj: Any) -> Value:
+    """The value of a realized (or realizable) buffer of `pkg`; a multi buffer with its shards."""
+    array = pkg.to_numpy(obj)
+    if not hasattr(obj, "lbs"):
+        return Value(array, obj.dtype.name, obj.device)
+    shards = tuple(Value(pkg.to_numpy(lb), lb.dtype.name, lb.device) for lb in obj.lbs)
+    return Value(array, obj.dtype.name, tuple(obj.device), shards, obj.axis, tuple(obj.real))
+
+
+def _storage(value: Value) -> tuple[np.ndarray, bool]:
+    """(array to hand to from_numpy, whether it holds bfloat16 bits to bitcast)."""
+    if value.dtype == "bfloat16":
+        bits = np.array(value.array, dtype=np.float32, order="C").view(np.uint32) >> 16
+        return bits.astype(np.uint16), True
+    return np.array(value.array, order="C"), False  # (not ascontiguousarray: it makes 0-d arrays 1-d)
+
+
+def materialize(pkg: ModuleType, value: Value, devices: DeviceMap = same_device) -> Any:
+    """A realized buffer (or multi buffer) of `pkg` holding exactly `value`, on `devices(device)`."""
+    if value.shards is not None:
+        shards = [materialize(pkg, shard, devices) for shard in value.shards]
+        return pkg.MultiLazyBuffer(shards, value.axis, list(value.real))
+    array, bf16 = _storage(value)
+    device = devices(value.device) if isinstance(value.device, str) else value.device
+    out = pkg.from_numpy(array, device)
+    if bf16:
+        out = out.cast(pkg.dtypes.bfloat16, bitcast=True)
+        pkg.realize(out)
+    return out
+
+
+class DiskMap:
+    """Maps `DISK:<path>` to `DISK:<temporary folder>/<n>` (one file per original path); other
+    device names are unchanged. `close()` removes the folder."""
+
+    def __init__(self) -> None:
+        self.folder: str | None = None
+        self.names: dict[str, str] = {}
+        self.counter = itertools.count()
+
+    def __call__(self, device: str) -> str:
+        if not device.startswith("DISK:"):
+            return device
+        if device not in self.names:
+            if self.folder is None:
+                self.folder = tempfile.mkdtemp(prefix="fast-debug-")
+            self.names[device] = f"DISK:{os.path.join(self.folder, str(next(self.counter)))}"
+        return self.names[device]
+
+    def close(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
