@@ -19,7 +19,10 @@ item (a lane waiting for another lane does not count), each kernel gets `max(1, 
 When it is not worth it. `parallel_lanes` returns None, and the caller runs the items sequentially on
 its own thread with no thread round trip, when every item's output is on one device, when fewer than
 two lanes touch at least `min_work` bytes (waking a thread costs tens of microseconds), or when called
-from inside a lane (a CUSTOM function that realizes).
+from inside a lane (a CUSTOM function that realizes). Only the items up to the last one touching at
+least `min_work` bytes run in lanes (`parallel_prefix`); the small items after it (the tail of a
+sharded reduction's all-reduce: partial sums copied and added) run on the caller's thread once every
+lane has finished, in schedule order, instead of handing each other off between threads.
 """
 from __future__ import annotations
 
@@ -49,6 +52,18 @@ def lane_of(item: ScheduleItem) -> str:
     return item.bufs[0].device
 
 
+def item_work(item: ScheduleItem) -> int:
+    """The bytes an item touches (its buffers' sizes): what `min_work` is compared with."""
+    return sum(buffer.nbytes for buffer in item.bufs)
+
+
+def parallel_prefix(items: Sequence[ScheduleItem], min_work: int) -> int:
+    """How many leading items run in lanes: up to and including the last item touching at least
+    `min_work` bytes (every item when none does, so `parallel_lanes` then decides alone)."""
+    large = [index for index, item in enumerate(items) if item_work(item) >= min_work]
+    return large[-1] + 1 if large else len(items)
+
+
 def parallel_lanes(items: Sequence[ScheduleItem], min_work: int) -> list[list[int]] | None:
     """Item indices per lane (schedule order; lanes in order of their first item) when running the
     lanes concurrently is worth it (see the module docstring), else None."""
@@ -62,7 +77,7 @@ def parallel_lanes(items: Sequence[ScheduleItem], min_work: int) -> list[list[in
     for index, item in enumerate(items):
         lane = lane_of(item)
         found.setdefault(lane, []).append(index)
-        work[lane] = work.get(lane, 0) + sum(buffer.nbytes for buffer in item.bufs)
+        work[lane] = work.get(lane, 0) + item_work(item)
     busy = sum(1 for touched in work.values() if touched >= min_work)
     return list(found.values()) if len(found) > 1 and busy >= 2 else None
 

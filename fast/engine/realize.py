@@ -290,11 +290,16 @@ def _run_devices_in_parallel(items: Sequence[ScheduleItem], debug: int) -> bool:
         return False  # the common single-device schedule: decided in a few attribute reads
     from fast.engine import parallel  # here, not at the top: the single-device path never needs it
 
-    lanes = parallel.parallel_lanes(items, config.get().parallel_devices_min_work)
+    min_work = config.get().parallel_devices_min_work
+    cut = parallel.parallel_prefix(items, min_work)
+    lanes = parallel.parallel_lanes(items[:cut], min_work)
     if lanes is None:
         return False
     _compile_ahead(items)
-    parallel.run_parallel(items, lanes, lambda number, item: _run_and_record(number, item, debug, parallel.PRINT_LOCK))
+    parallel.run_parallel(items[:cut], lanes,
+                          lambda number, item: _run_and_record(number, item, debug, parallel.PRINT_LOCK))
+    for number in range(cut, len(items)):  # the small items after the last large one: no hand-offs
+        _run_and_record(number, items[number], debug)
     return True
 
 

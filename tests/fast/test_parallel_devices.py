@@ -345,3 +345,30 @@ def test_threads_for_the_lanes_are_reused() -> None:
         for _ in range(5):
             fast.realize(shard(np.ones((4, 2), np.float32), 2).e(UnaryOps.NEG))
     assert threading.active_count() <= before + 1
+
+
+def test_the_small_tail_of_a_sharded_sum_runs_on_the_callers_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the items up to the last large one run in lanes; the all-reduce's small items after it run
+    afterwards on the caller's thread, in schedule order (no thread hand-offs), with the same result."""
+    data = RNG.uniform(-1, 1, (4096, 64)).astype(np.float32)
+    sharded = shard(data, 2)
+    total = sharded.e(BinaryOps.MUL, sharded).r(ReduceOps.SUM, (0,))
+    items = fast.schedule(total)
+    large = [parallel.item_work(item) >= 1 << 19 for item in items]
+    cut = parallel.parallel_prefix(items, 1 << 19)
+    assert any(large) and not any(large[cut:]) and large[cut - 1] and cut < len(items)
+    threads: dict[int, int] = {}
+    original = realize_module._run_and_record
+
+    def recording(number: int, item: ScheduleItem, *args: Any) -> None:
+        threads[number] = threading.get_ident()
+        original(number, item, *args)
+
+    monkeypatch.setattr(realize_module, "_run_and_record", recording)
+    with config.override(parallel_devices=True, parallel_devices_min_work=1 << 19):
+        fast.realize(total)
+    assert sorted(threads) == list(range(len(threads)))
+    tail = [threads[number] for number in range(cut, len(threads))]
+    assert tail and all(ident == threading.get_ident() for ident in tail)
+    assert len({threads[number] for number in range(cut)}) == 2  # the large items did run in two lanes
+    np.testing.assert_allclose(fast.to_numpy(total), (data * data).sum(0, keepdims=True), rtol=1e-4)
