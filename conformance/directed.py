@@ -4,8 +4,9 @@ generation reaches only rarely.
 Split reductions (>= 32768 inputs per output) in several dtypes, ring all-reduces above the
 threshold and forced with RING=2, uneven sharding on 3 and 4 devices, mixed sharded axes, shrink
 to one shard and pad back, a masked constant behind a reshape and expand, the stale read after an
-assign, row kernels (softmax, layernorm, several outputs), and (when DISK is enabled) copies
-through DISK views.
+assign, row kernels (softmax, layernorm, several outputs), output widths the vector lanes do not
+divide (vector tails: a scalar loop finishes the row; on every device kind), and (when DISK is
+enabled) copies through DISK views.
 """
 from __future__ import annotations
 
@@ -136,6 +137,23 @@ def row_kernels(dev: str) -> list[Program]:
     return [Program(tuple(softmax)), Program(tuple(norm)), Program(tuple(pair))]
 
 
+def output_tails(cfg: GenConfig) -> list[Program]:
+    """On every device kind: two reductions of one input in one kernel, an elementwise chain and a
+    column sum, each over a width no vector lane count divides (7, 13 and 33: the vectorized part
+    and the scalar tail both run; a tail that writes nothing shows as garbage under ALLOC_POISON)."""
+    out = []
+    for dev in cfg.kinds:
+        for dtype, shape in (("float32", (7, 33)), ("int32", (13, 33))):
+            pair: list[Step] = [_random(dtype, shape, 41, dev), Reduce(0, "SUM", (1,)), Reduce(0, "MAX", (1,)),
+                                Elementwise("ADD", (1, 2)), Fetch(3)]
+            out.append(Program(tuple(pair)))
+        chain: list[Step] = [_random("float32", (3, 97), 42, dev), Movement(0, "stride", (1, -1)),
+                             Elementwise("MUL", (0, 1)), Elementwise("ADD", (2, 0)), Fetch(3),
+                             Reduce(0, "SUM", (0,)), Fetch(5)]
+        out.append(Program(tuple(chain)))
+    return out
+
+
 def disk(cfg: GenConfig) -> list[Program]:
     if cfg.disk_dir is None:
         return []
@@ -151,4 +169,4 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
-            *row_kernels(dev), *disk(cfg)]
+            *row_kernels(dev), *output_tails(cfg), *disk(cfg)]
