@@ -27,6 +27,7 @@ all-zero leaves (`pad_is_safe`). Nothing is mutated.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +144,13 @@ def is_broadcast_of(st: ShapeTracker, shape: tuple[sint, ...]) -> bool:
     if len(st.shape) != len(shape) or st.shape == shape \
             or any(old != new and old != 1 for old, new in zip(shape, st.shape, strict=True)):
         return False
+    return _expanded_from(st, shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expanded_from(st: ShapeTracker, shape: tuple[sint, ...]) -> bool:
+    """`st == from_shape(shape).expand(st.shape)` (memoized: a schedule asks it of the same views
+    in every round of `_assign_reduces`; trackers are immutable values)."""
     from fast.shape.shapetracker import ShapeTracker
     return st == ShapeTracker.from_shape(shape).expand(st.shape)
 
@@ -344,11 +352,12 @@ def _fixed_realizes(graph: Graph) -> dict[LazyBuffer, None]:
     return realizes
 
 
-def _row_broadcasts(graph: Graph, realizes: dict[LazyBuffer, None]) -> list[LazyBuffer]:
-    """Unrealized bases read through a row broadcast (decided by `_assign_reduces`)."""
+def _row_broadcasts(graph: Graph) -> list[LazyBuffer]:
+    """Non-constant bases some node reads through a row broadcast, in graph order (`_assign_reduces`
+    skips the realized ones each round: this does not depend on what is realized)."""
     found = []
     for base in graph.order:
-        if base in realizes or is_const_base(base):
+        if is_const_base(base):
             continue
         if any(is_row_broadcast(view, base) for views in graph.readers.get(base, {}).values() for view in views):
             found.append(base)
@@ -389,9 +398,10 @@ def _assign_reduces(graph: Graph, realizes: dict[LazyBuffer, None]) -> dict[Lazy
     """Give each reduce a kernel, realizing chase points (and row broadcasts that no row kernel
     computes) until every kernel is legal. Each round adds one new base to `realizes`."""
     reduces = [node for node in graph.order if isinstance(node.op, ReduceOps)]
+    broadcasts = [base for base in _row_broadcasts(graph) if not isinstance(base.op, ReduceOps)]
     while True:
         chosen = set(realizes)
-        broadcast = next((base for base in _row_broadcasts(graph, realizes) if not isinstance(base.op, ReduceOps)
+        broadcast = next((base for base in broadcasts if base not in realizes
                           and not row_computable(base, graph, chosen)), None)
         if broadcast is not None:
             realizes[broadcast] = None
