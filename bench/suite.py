@@ -98,48 +98,36 @@ def compute_row(workload: Workload, device: str, arrays: list[np.ndarray], refer
     return row
 
 
-def graph_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
-    """The graph_build rows (no peer)."""
-    nodes = GRAPH_NODES_QUICK if plan.quick else GRAPH_NODES
+def device_rows(workload: Workload, plan: Plan, measure: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per device for a workload without peers: `measure(device)`'s fields, or its error."""
     rows = []
     for device in plan.devices:
         row: dict[str, Any] = {"workload": workload.name, "device": device}
         try:
-            row.update(run_graph_build(device, nodes, plan.budget))
+            row.update(measure(device))
         except Exception as error:
             row["error"] = error_text(error)
         rows.append(row)
         plan.log(progress_line(row))
     return rows
+
+
+def graph_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
+    """The graph_build rows."""
+    nodes = GRAPH_NODES_QUICK if plan.quick else GRAPH_NODES
+    return device_rows(workload, plan, lambda device: run_graph_build(device, nodes, plan.budget))
 
 
 def const_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
-    """The const_realizes rows (no peer)."""
-    rows = []
-    for device in plan.devices:
-        row: dict[str, Any] = {"workload": workload.name, "device": device}
-        try:
-            row.update(run_const_realizes(device, REALIZES_QUICK if plan.quick else REALIZES, plan.seed))
-        except Exception as error:
-            row["error"] = error_text(error)
-        rows.append(row)
-        plan.log(progress_line(row))
-    return rows
+    """The const_realizes rows."""
+    count = REALIZES_QUICK if plan.quick else REALIZES
+    return device_rows(workload, plan, lambda device: run_const_realizes(device, count, plan.seed))
 
 
 def safetensors_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
-    """The safetensors_read rows (no peer): the copy's target is the row's device."""
-    rows = []
-    for device in plan.devices:
-        row: dict[str, Any] = {"workload": workload.name, "device": device}
-        try:
-            row.update(run_safetensors_read(device, FILE_BYTES_QUICK if plan.quick else FILE_BYTES, plan.budget,
-                                            plan.seed))
-        except Exception as error:
-            row["error"] = error_text(error)
-        rows.append(row)
-        plan.log(progress_line(row))
-    return rows
+    """The safetensors_read rows: the copy's target is the row's device."""
+    size = FILE_BYTES_QUICK if plan.quick else FILE_BYTES
+    return device_rows(workload, plan, lambda device: run_safetensors_read(device, size, plan.budget, plan.seed))
 
 
 def progress_line(row: dict[str, Any]) -> str:

@@ -84,10 +84,9 @@ def sub_swapped(fast: ModuleType) -> Undo:
                           set_item(ops._INT_RULES, sub, lambda a, b: b - a))
 
 
-def pad_mask_off_by_one(fast: ModuleType) -> Undo:
-    """View.pad's mask ends one element early on padded axes (the last real element reads as 0)."""
-    view_module = _module(fast, "shape.view")
-    view_class = view_module.View
+def short_pad(view_class: Any) -> Callable[[Any, Any], Any]:
+    """`view_class.pad` whose mask ends one element early on padded axes (also planted by
+    tests/fast/test_debug.py)."""
     original = view_class.pad
 
     def pad(self: Any, arg: Any) -> Any:
@@ -97,7 +96,13 @@ def pad_mask_off_by_one(fast: ModuleType) -> Undo:
         mask = tuple((start, end - 1) if tuple(pair) != (0, 0) and end > start else (start, end)
                      for (start, end), pair in zip(out.mask, arg, strict=True))
         return view_class.create(out.shape, out.strides, out.offset, mask)
-    return _fresh_kernels(fast, set_attribute(view_class, "pad", pad))
+    return pad
+
+
+def pad_mask_off_by_one(fast: ModuleType) -> Undo:
+    """View.pad's mask ends one element early on padded axes (the last real element reads as 0)."""
+    view_class = _module(fast, "shape.view").View
+    return _fresh_kernels(fast, set_attribute(view_class, "pad", short_pad(view_class)))
 
 
 def mod_divisor_sign(fast: ModuleType) -> Undo:

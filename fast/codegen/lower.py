@@ -25,6 +25,7 @@ arithmetic is int64. EXP2/LOG2/SIN are expanded into plain ALU code (codegen/tra
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fast import config
@@ -80,8 +81,7 @@ class _Lowering:
         self.var_refs: dict[Variable, int] = {}
         self.offsets: dict[int, Node] = {}  # axis -> start of the current chunk (plan.chunk) or tail
         self.chunk_counter: Variable | None = None
-        self.threaded = False  # the kernel takes `core, cores` (defined once, in `thread_vars`)
-        self.thread_vars: tuple[int, int] | None = None
+        self.thread_vars: tuple[int, int] | None = None  # `core, cores` once defined: the kernel is threaded
         self.split_pending = True  # the next GLOBAL loop opened is this nest's first: threads share it
         names = {v.expr for v in info.variables}
         if any(name.endswith("~") for name in names):
@@ -144,7 +144,7 @@ class _Lowering:
         b = self.builder
         if kind is not LoopKind.GLOBAL or not self.split_pending or not self.parallel or not split:
             return b.const(0, INT64), self._render_int(count)
-        self.threaded, self.split_pending = True, False
+        self.split_pending = False
         if self.thread_vars is None:
             self.thread_vars = (b.define_var(THREAD_VARS[0]), b.define_var(THREAD_VARS[1]))
         core, cores = self.thread_vars
@@ -311,13 +311,18 @@ class _Lowering:
         """Several reduces: per output, each reduce in turn (later ones read the earlier results), then
         the STOREs. In a row kernel the STOREs walk the row's reduced axes (`plan.inner_axes`) and
         read the reduces as values uniform along the row; otherwise they store once per output."""
-        self._rows_nest(self.plan.output_axes)
+        self._nests(self._rows_nest)
+
+    def _nests(self, nest: Callable[[tuple[AxisPlan, ...]], None]) -> None:
+        """`nest` over the plan's output loops, then again over the positions the vectorized output
+        axis left over (`KernelPlan.tail`), one lane at a time; threads share each nest's outer loop."""
+        nest(self.plan.output_axes)
         tail = self.plan.tail_plan()
-        if tail is not None:  # as in `run`: the output positions the vectors left over, one lane at a time
+        if tail is not None:
             axes, axis, start = tail
             self.offsets[axis] = NumNode(start)
             self.split_pending = True
-            self._rows_nest(axes)
+            nest(axes)
 
     def _rows_nest(self, output_axes: tuple[AxisPlan, ...]) -> None:
         """`_run_rows` over the output loops of `output_axes`."""
@@ -362,13 +367,7 @@ class _Lowering:
             self._run_rows()
             return
         self._open_chunks()
-        self._output_nest(self.plan.output_axes)
-        tail = self.plan.tail_plan()
-        if tail is not None:  # the positions the vectorized output axis left over, one lane at a time
-            axes, axis, start = tail
-            self.offsets[axis] = NumNode(start)
-            self.split_pending = True
-            self._output_nest(axes)
+        self._nests(self._output_nest)
         if self.plan.chunk is not None:
             self.builder.end_loop()
 
@@ -432,10 +431,11 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     lowering.const_slots = define_params(lowering.builder, ast) if const_params else None
     lowering.run()
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
-    names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if lowering.threaded else ())
+    threaded = lowering.thread_vars is not None
+    names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if threaded else ())
     instrs = eliminate_dead_code(tuple(lowering.builder.instrs))
     program = LinearProgram(kernel_name(info), instrs, info.buffers, names, info.variables, flops, mem_bytes,
-                            lowering.threaded, len(consts),
+                            threaded, len(consts),
                             streamed_buffers(instrs, info.buffers, options.stream_min_bytes))
     if config.get().debug >= 3:
         verify(program)

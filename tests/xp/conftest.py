@@ -26,9 +26,14 @@ class Target:
 TARGETS = {"fast-CLANG": ("fast", "CLANG"), "fast-LLVM": ("fast", "LLVM"), "reference": ("reference", "CLANG")}
 
 
+def namespace(backend: str) -> Any:
+    """The xp namespace over `backend` ("fast" or "reference")."""
+    return fast.xp if backend == "fast" else fast.xp.namespace_for(reference)
+
+
 def make_target(name: str) -> Target:
     backend, device = TARGETS[name]
-    return Target(fast.xp if backend == "fast" else fast.xp.namespace_for(reference), device)
+    return Target(namespace(backend), device)
 
 
 @pytest.fixture(params=sorted(TARGETS), scope="module")

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fast.xp
-import reference
 from fast.xp._namespace import FUNCTIONS, LINALG
+from tests.xp.conftest import namespace
 
 RNG = np.random.default_rng(11)
 SHAPE = (5, 6)  # axis 0 splits unevenly (3+2, 2+2+1), axis 1 evenly (3+3, 2+2+2)
@@ -39,7 +39,7 @@ LAYOUTS = {"fast-CLANG-2": ("fast", ("CLANG", "CLANG:1")), "fast-CLANG-3": ("fas
 
 def make_layout(name: str) -> Layout:
     backend, devices = LAYOUTS[name]
-    return Layout(fast.xp if backend == "fast" else fast.xp.namespace_for(reference), devices)
+    return Layout(namespace(backend), devices)
 
 
 @pytest.fixture(params=sorted(LAYOUTS), scope="module")
