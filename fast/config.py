@@ -47,6 +47,14 @@ class Config:
     graph: bool = False  # GRAPH: write a picture of each realize's lazy graph and kernels (fast/debug/hooks.py)
     graph_dir: str = os.path.join(tempfile.gettempdir(), "fast-graphs")  # GRAPH_DIR: where GRAPH=1 writes them
 
+    def __hash__(self) -> int:
+        """Cached: the configuration is part of every schedule-replay key (engine/replay.py)."""
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, name) for name in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Config:
         """Read the configuration from a mapping shaped like os.environ."""

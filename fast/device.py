@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-import weakref
+import sys
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,8 +88,7 @@ class _DeviceRegistry:
 Device = _DeviceRegistry()
 
 
-def _release(allocator: Allocator, handle: Any, nbytes: int) -> None:
-    allocator.free(handle, nbytes)
+_interpreter_ending = sys.is_finalizing
 
 
 class Buffer:
@@ -102,7 +101,6 @@ class Buffer:
         self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
         self._handle: Any = None
         self._allocator: Allocator | None = None
-        self._finalizer: weakref.finalize | None = None
         self._refcount = 0
         self._ever_referenced = False
         self._live_views = 0
@@ -118,8 +116,7 @@ class Buffer:
                 raise ValueError(f"Buffer view of {self.nbytes} bytes at offset {self.offset} "
                                  f"exceeds its base of {root.nbytes} bytes")
             self._base = root
-            root._live_views += 1
-            weakref.finalize(self, root._view_died).atexit = False
+            root._live_views += 1  # given back in __del__
         elif offset != 0:
             raise ValueError(f"Buffer: offset {offset} given without a base")
 
@@ -192,16 +189,24 @@ class Buffer:
             return self
         allocator = self._allocator = self.allocator
         self._handle = allocator.alloc(self.nbytes, zeroed)
-        self._finalizer = weakref.finalize(self, _release, allocator, self._handle, self.nbytes)
-        self._finalizer.atexit = False  # the process is ending: its memory goes with it
         return self
 
     def deallocate(self) -> None:
         """Free the allocation now (a view only forgets its handle)."""
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
+        handle, allocator = self._handle, self._allocator
         self._handle = self._allocator = None
+        if self._base is None and handle is not None and allocator is not None:
+            allocator.free(handle, self.nbytes)
+
+    def __del__(self) -> None:
+        """A collected base frees its memory, a collected view gives back its hold on its base's (a
+        `__del__`, not `weakref.finalize`: a Buffer is made per realized output, and finalize costs
+        several times more). Nothing is done while the interpreter shuts down: memory goes with it."""
+        if _interpreter_ending() or "_base" not in self.__dict__:  # (or __init__ raised early)
+            return
+        self.deallocate()
+        if self._base is not None:
+            self._base._view_died()
 
     def copyin(self, src: memoryview) -> Buffer:
         """Fill the buffer from host bytes (allocating it first if needed)."""

@@ -61,7 +61,7 @@ class LazyBuffer:
 
     __slots__ = ("device", "st", "dtype", "shape", "size", "_base", "op", "arg", "srcs", "_buffer",
                  "forced_realize", "contiguous_child", "src_versions", "_assign_version", "alias_version",
-                 "cache_key", "__weakref__")
+                 "cache_key", "engine_memo", "__weakref__")
     op: Op
     arg: Any
     srcs: tuple[LazyBuffer, ...]
@@ -70,6 +70,7 @@ class LazyBuffer:
     src_versions: tuple[int, ...]  # the expected version of each source read (`_reads(op, srcs)`)
     alias_version: int  # views and VIEW bases: the expected version of the memory they alias
     cache_key: tuple[Any, ...] | None  # this node's key in the weak cache, if it is there
+    engine_memo: tuple[Any, ...] | None  # bases: a fact the engine derived from op/arg/dtype/shape/device
 
     def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, arg: Any = None,
                  srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None,
@@ -85,7 +86,7 @@ class LazyBuffer:
             raise RuntimeError("LazyBuffer: internal error, a base needs an op")
         self.op, self.arg, self.srcs = op, arg, srcs
         self.forced_realize = op is LoadOps.CONTIGUOUS or op is LoadOps.ASSIGN or op is LoadOps.COPY
-        self.contiguous_child = None
+        self.contiguous_child = self.engine_memo = None
         self.src_versions = ordering.read_versions(op, srcs) if src_versions is None else src_versions
         self._assign_version = self.alias_version = 0
         if op is LoadOps.ASSIGN or op is LoadOps.VIEW:  # they alias a source's memory: made now

@@ -22,6 +22,7 @@ Realized bases drop their sources after `realize`.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -81,7 +82,12 @@ def ast_key(ast: LazyOp) -> tuple[Any, ...]:
 
 def dump_stages() -> frozenset[str]:
     """The stages named by `config.get().dump_ir`; ValueError for an unknown name."""
-    names = frozenset(name.strip() for name in config.get().dump_ir.split(",") if name.strip())
+    return _stages_named(config.get().dump_ir)
+
+
+@functools.lru_cache(maxsize=16)
+def _stages_named(dump_ir: str) -> frozenset[str]:
+    names = frozenset(name.strip() for name in dump_ir.split(",") if name.strip())
     unknown = sorted(names - set(DUMP_STAGES))
     if unknown:
         raise ValueError(f"DUMP_IR: unknown stage(s) {unknown}; known: {', '.join(DUMP_STAGES)}")

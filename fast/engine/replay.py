@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fast import config
-from fast.device import Buffer
 from fast.engine.schedule import ScheduleItem, Step, check_stale_outputs
 from fast.lazy import LazyBuffer
 from fast.ops import BinaryOps, KernelOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
@@ -61,13 +60,24 @@ def _arg_key(base: LazyBuffer) -> Any:
     return (type(arg).__name__, arg) if base.op is LoadOps.CONST else arg
 
 
-def _replayable(base: LazyBuffer) -> bool:
+def _static_entry(base: LazyBuffer) -> tuple[Any, ...] | None:
+    """(op, arg, dtype, shape, device) of a base whose op, device and shape allow a replay, else None.
+    Everything it reads is fixed when the base is built, so it is memoized in `base.engine_memo`;
+    what can change later (forced realization, values, stale reads) is checked by `signature`."""
+    memo = base.engine_memo
+    if memo is not None:
+        return memo if memo else None
     op = base.op
+    on_compute = not base.device.startswith("DISK")
+    integral = not base.st.symbolic
     if op is LoadOps.COPY:
-        return not base.srcs[0].device.startswith("DISK") and not base.device.startswith("DISK") \
-            and all(isinstance(size, int) for size in base.shape)
-    return (isinstance(op, (*_ELEMENTWISE, ReduceOps)) or op is LoadOps.CONST) and not base.forced_realize \
-        and not base.device.startswith("DISK") and all(isinstance(size, int) for size in base.shape)
+        replayable = on_compute and integral and not base.srcs[0].device.startswith("DISK")
+    else:
+        replayable = (isinstance(op, (*_ELEMENTWISE, ReduceOps)) or op is LoadOps.CONST) and on_compute and integral
+    # the op by id(): enum members live as long as the process, and Enum's __hash__ is slow Python
+    entry = (id(op), _arg_key(base), base.dtype, base.shape, base.device) if replayable else ()
+    base.engine_memo = entry
+    return entry if entry else None
 
 
 class Key:
@@ -85,11 +95,6 @@ class Key:
         return isinstance(other, Key) and self.hashed == other.hashed and self.parts == other.parts
 
 
-def _base_of(lb: LazyBuffer) -> LazyBuffer:
-    """`lb.base` without the property call (the walk below is the hot path of a repeated realize)."""
-    return lb if lb._base is None else lb._base
-
-
 def _holds_values(base: LazyBuffer) -> bool:
     """`base.realized is not None` for a base (same rule, inlined for speed)."""
     buffer = base._buffer
@@ -98,59 +103,68 @@ def _holds_values(base: LazyBuffer) -> bool:
     return base.op is not LoadOps.ASSIGN or buffer.version > base._assign_version
 
 
-def _reads_stale(base: LazyBuffer) -> bool:
-    """`bool(base.stale_reads())` for a replayable base (it reads every source: never an ASSIGN)."""
-    for src, version in zip(base.srcs, base.src_versions, strict=False):
-        buffer = _base_of(src)._buffer
-        if buffer is not None and buffer.version > version:
-            return True
-    return False
+class _Walk:
+    """The numbering of one signature walk: unrealized bases in discovery order (breadth first from
+    the outputs, sources in order), realized bases read (leaves) in first-read order. Equal
+    structures are discovered in the same order, so equal keys number their buffers alike."""
 
+    __slots__ = ("numbers", "bases", "leaf_numbers", "leaves")
 
-def _refs(base: LazyBuffer, numbers: dict[int, int], leaf_numbers: dict[int, int],
-          leaves: list[LazyBuffer]) -> tuple[tuple[Any, ...], ...]:
-    """How `base` reads each source: ("b", number, view) or ("l", leaf number, view, dtype, device)."""
-    refs: list[tuple[Any, ...]] = []
-    for src in base.srcs:
-        source = _base_of(src)
-        number = numbers.get(id(source))
-        if number is not None:
-            refs.append(("b", number, src.st))
-            continue
-        if id(source) not in leaf_numbers:
-            leaf_numbers[id(source)] = len(leaves)
-            leaves.append(source)
-        refs.append(("l", leaf_numbers[id(source)], src.st, source.dtype, source.device))
-    return tuple(refs)
+    def __init__(self) -> None:
+        self.numbers: dict[int, int] = {}
+        self.bases: list[LazyBuffer] = []
+        self.leaf_numbers: dict[int, int] = {}
+        self.leaves: list[LazyBuffer] = []
+
+    def base_number(self, base: LazyBuffer) -> int:
+        number = self.numbers.get(id(base))
+        if number is None:
+            number = self.numbers[id(base)] = len(self.bases)
+            self.bases.append(base)
+        return number
+
+    def entry(self, base: LazyBuffer) -> tuple[Any, ...] | None:
+        """The key entry of an unrealized base (its static entry and how it reads each source), or
+        None when it may not be replayed: forced to realize, or reading memory assigned since."""
+        static = _static_entry(base)
+        if static is None or (base.forced_realize and base.op is not LoadOps.COPY):
+            return None
+        refs: list[tuple[Any, ...]] = []
+        leaf_numbers = self.leaf_numbers
+        for src, version in zip(base.srcs, base.src_versions, strict=True):
+            source = src if src._base is None else src._base
+            buffer = source._buffer
+            if buffer is not None and buffer.version > version:
+                return None  # a stale read: the scheduler raises for it
+            holds = buffer is not None and buffer.is_allocated() and \
+                (source.op is not LoadOps.ASSIGN or buffer.version > source._assign_version)
+            if not holds:
+                refs.append(("b", self.base_number(source), src.st))
+                continue
+            number = leaf_numbers.get(id(source))
+            if number is None:
+                number = leaf_numbers[id(source)] = len(self.leaves)
+                self.leaves.append(source)
+            refs.append(("l", number, src.st, source.dtype, source.device))
+        return (static, tuple(refs))
 
 
 def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
     """The structure of the graph below `outs`, or None when it may not be replayed."""
-    numbers: dict[int, int] = {}
-    leaf_numbers: dict[int, int] = {}
-    bases: list[LazyBuffer] = []
-    leaves: list[LazyBuffer] = []
+    walk = _Walk()
+    outputs: list[tuple[int, Any]] = []
+    for out in outs:
+        base = out if out._base is None else out._base
+        if _holds_values(base):
+            return None
+        outputs.append((walk.base_number(base), out.st))
     entries: list[tuple[Any, ...]] = []
-    stack: list[tuple[LazyBuffer, bool]] = [(_base_of(out), False) for out in reversed(outs)]
-    while stack:
-        base, expanded = stack.pop()
-        if id(base) in numbers:
-            continue
-        if not expanded:
-            if _holds_values(base) or not _replayable(base) or _reads_stale(base):
-                return None
-            stack.append((base, True))
-            for src in reversed(base.srcs):
-                source = _base_of(src)
-                if not _holds_values(source):
-                    stack.append((source, False))
-            continue
-        refs = _refs(base, numbers, leaf_numbers, leaves)
-        numbers[id(base)] = len(bases)
-        bases.append(base)
-        entries.append((base.op, _arg_key(base), base.dtype, base.shape, base.device, refs))
-    outputs = tuple((numbers[id(out.base)], out.st) for out in outs)
-    return Signature(Key((tuple(entries), outputs, config.get())), bases, leaves)
+    while len(entries) < len(walk.bases):
+        entry = walk.entry(walk.bases[len(entries)])
+        if entry is None:
+            return None
+        entries.append(entry)
+    return Signature(Key((tuple(entries), tuple(outputs), config.get())), walk.bases, walk.leaves)
 
 
 def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
@@ -178,14 +192,14 @@ def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
 
 
 def instantiate(template: Template, sig: Signature) -> list[ScheduleItem]:
-    """The template's items over the buffers of the graph of `sig`."""
-    def buffer(ref: tuple[str, int]) -> Buffer:
-        kind, number = ref
-        found = sig.bases[number].buffer if kind == "base" else sig.leaves[number].realized
-        assert found is not None  # noqa: S101 - leaves are realized (checked by `signature`)
-        return found
-
-    return [ScheduleItem(ast, tuple(buffer(ref) for ref in refs)) for ast, refs in template.items]
+    """The template's items over the buffers of the graph of `sig` (leaves are realized: `signature`
+    only numbers sources that hold values as leaves)."""
+    bases, leaves = sig.bases, sig.leaves
+    items: list[ScheduleItem] = []
+    for ast, refs in template.items:
+        bufs = [bases[number].buffer if kind == "base" else leaves[number]._buffer for kind, number in refs]
+        items.append(ScheduleItem(ast, tuple(bufs)))  # type: ignore[arg-type]
+    return items
 
 
 class TemplateCache(OrderedDict[Any, Template]):

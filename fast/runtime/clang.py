@@ -9,9 +9,13 @@ GCC), linked with `-lm`.
 - never `-ffast-math` or `-march=native` (values must be IEEE). The SIMD level detected at run time
   (`fast/runtime/cpu.py`: `-mavx2 -mfma`, or also `-mavx512f/vl/dq/bw`) is added; it is part of the
   compiler identity, so the cache never hands a library to a machine without those instructions.
-  GCC 12 and older stay at AVX2 (`simd_cap`): with AVX-512 enabled, GCC 12.2 builds vectors of
-  64-bit lanes such as {x, x, x, 0.0} (from literals, arrays, lane stores or its own constant
-  propagation) as x in every lane; found by the conformance suite (a padded float64 constant).
+  With AVX-512 enabled, GCC 12.2 stores a constant 256/512-bit *integer* whose high 64-bit words
+  are zero, such as a vector {x, x, x, 0} of 64-bit lanes (or {a, b, a, b, a, b, 0, 0} of 32-bit
+  ones) that a `memcpy` turned into an integer store, as a broadcast of x: its const_wide_int ->
+  broadcast conversion forgets the implicit zero words (found by the conformance suite with a
+  padded float64 constant). The C renderer never copies a vector with `memcpy` (it stores through
+  `aligned(1), may_alias` vector pointers: renderer/c_vectors.py), so GCC 12 gets AVX-512 too;
+  tests/fast/test_runtime_clang.py stores such constants through every vector type.
 - GCC only: `-fno-tree-vectorize` (loop and basic-block vectorizers off). GCC 12's vectorizers
   miscompile two kinds of kernel we generate. (1) The basic-block (SLP) vectorizer summed four
   `(uint8_t)(data1[i] != 0)` terms of an unrolled bool->uint8 SUM as 252 instead of 4: it kept the
@@ -42,7 +46,6 @@ import ctypes
 import functools
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -87,20 +90,10 @@ def is_gcc(path: str) -> bool:
     return "clang" not in version and ("free software foundation" in version or "gcc" in version)
 
 
-def simd_cap(path: str) -> int | None:
-    """The widest SIMD registers (bytes) kernels may use with this compiler. GCC up to 12 with
-    AVX-512 enabled folds vectors of 64-bit lanes like {x, x, x, 0.0} into x in every lane (seen with
-    GCC 12.2: literals, arrays, lane stores and constants it propagates itself; AVX2 code is right),
-    so GCC 12 and older get AVX2 at most; clang and newer GCC get what the CPU has."""
-    if not is_gcc(path):
-        return None
-    found = re.search(r"\b(\d+)\.\d+", compiler_version(path))
-    return 32 if found is None or int(found.group(1)) <= 12 else None
-
-
 def compile_flags(path: str) -> tuple[str, ...]:
+    """Every flag the compiler at `path` gets (module docstring), the detected SIMD level included."""
     clang = "clang" in compiler_version(path).lower()
-    simd = cpu.c_flags(simd_cap(path))
+    simd = cpu.c_flags()
     flags = (*BASE_FLAGS, *simd) if not is_gcc(path) else (*BASE_FLAGS, *simd, *GCC_FLAGS)
     if not config.get().ubsan:
         return flags
@@ -165,24 +158,25 @@ class ClangProgram:
         except AttributeError as error:
             raise RuntimeError(f"CLANG: the library has no kernel named {name!r}") from error
         self.function.restype = None
+        self.arity: tuple[int, int] | None = None  # (buffers, ints) that `function.argtypes` declares
 
     def __call__(self, *handles: HostMemory, vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        addresses: list[int] = []
         for handle in handles:
             if not isinstance(handle, HostMemory):
                 raise TypeError(f"{self.name}: expected CLANG buffers, got {type(handle).__name__}")
-        arguments: list[ctypes.c_void_p | ctypes.c_int64] = [ctypes.c_void_p(handle.address) for handle in handles]
-        arguments += [ctypes.c_int64(int(value)) for value in vals]
+            addresses.append(handle.address)
+        values = [value if type(value) is int else int(value) for value in vals]
+        if self.arity != (len(addresses), len(values)):  # ctypes then converts the ints in C
+            self.function.argtypes = [ctypes.c_void_p] * len(addresses) + [ctypes.c_int64] * len(values)
+            self.arity = (len(addresses), len(values))
         start = time.perf_counter()
-        self.function(*arguments)
+        self.function(*addresses, *values)
         return time.perf_counter() - start if wait else None
 
 
 _ALLOCATOR = HostAllocator()
-@functools.lru_cache(maxsize=4)
-def _renderer(compiler: str) -> CRenderer:
-    """The renderer for kernels built by `compiler` (its SIMD width follows `simd_cap`)."""
-    cap = simd_cap(compiler) if compiler else None
-    return CRenderer(cpu_options(cpu.vector_bytes(cap), stream_min_bytes=cpu.stream_min_bytes()))
+_RENDERER = CRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes()))
 _COMPILER = ClangCompiler()
 
 
@@ -191,8 +185,4 @@ def create(device_name: str) -> Compiled:
     kind, _, number = device_name.partition(":")
     if kind != "CLANG" or (number and not number.isdigit()):
         raise ValueError(f"clang.create: {device_name!r} is not a CLANG device name")
-    try:
-        compiler = compiler_path()
-    except RuntimeError:  # no C compiler: building graphs still works; compiling will say why not
-        compiler = ""
-    return Compiled(device_name, _ALLOCATOR, _renderer(compiler), _COMPILER, ClangProgram)
+    return Compiled(device_name, _ALLOCATOR, _RENDERER, _COMPILER, ClangProgram)

@@ -18,6 +18,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 from collections import OrderedDict
@@ -30,6 +31,12 @@ from fast.runtime.base import Allocator
 
 ALIGNMENT = 64
 MIN_POOLED = 1 << 16
+
+
+def address_of(raw: np.ndarray) -> int:
+    """The address of a writable array's first byte (through a ctypes view of its buffer: numpy's
+    `raw.ctypes.data` builds a helper object and costs several times more)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(raw.data))
 
 
 @dataclass(eq=False)
@@ -45,7 +52,7 @@ class HostMemory:
 
     def __post_init__(self) -> None:
         if self.origin < 0 and self.owner is not None:
-            self.origin = int(self.owner.ctypes.data)
+            self.origin = address_of(self.owner)
 
     def window(self) -> np.ndarray:
         if self.owner is None:
@@ -125,7 +132,7 @@ class HostAllocator(Allocator):
             raw.fill(0)
         if not zeroed and settings.alloc_poison:
             raw.fill(0xFF)
-        origin = int(raw.ctypes.data)
+        origin = address_of(raw)
         return HostMemory(raw, (-origin) % self.alignment, nbytes, origin)
 
     def free(self, handle: HostMemory, nbytes: int | None = None) -> None:
