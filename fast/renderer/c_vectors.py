@@ -8,9 +8,13 @@ Representation (lane-wise the same values as the scalar C code, docs/semantics.m
 - integer ADD/SUB/MUL/NEG/MULACC run on the unsigned view (wraps, never signed overflow); DIV/MOD on
   vectors always have a constant divisor other than 0 and -1 (fast/codegen/ir.py), so plain `/` `%`
   are defined; float -> int casts zero the lanes whose truncation does not fit before converting;
-- loads and stores go through `memcpy` (any alignment, no aliasing assumptions); a streamed store
-  (codegen/streaming.py) is an x86 non-temporal store when its address is aligned to the vector
-  size, else the same `memcpy`.
+- loads and stores go through a pointer to the vector type declared `aligned(1), may_alias` (any
+  alignment, no aliasing assumptions: the way GCC's and clang's own unaligned intrinsics are
+  written); a streamed store (codegen/streaming.py) is an x86 non-temporal store when its address
+  is aligned to the vector size, else the same plain store. Never `memcpy` of a whole vector: GCC
+  turns a 32- or 64-byte memcpy into a store of a 256/512-bit *integer*, and GCC 12.2 with AVX-512
+  enabled then stores a constant one, such as {x, x, x, 0} of 64-bit lanes, as a broadcast of x (its
+  const_wide_int -> broadcast conversion forgets the implicit zero high words; runtime/clang.py).
 """
 from __future__ import annotations
 
@@ -51,6 +55,13 @@ def typedef(dtype: DType) -> str:
     lane = "int32_t" if scalar == dtypes.bool else SCALAR_CTYPES[scalar]
     size = 4 if scalar == dtypes.bool else scalar.itemsize
     return f"typedef {lane} {vector_name(dtype)} __attribute__((vector_size({size * dtype.count})));\n"
+
+
+def memory_typedef(dtype: DType) -> str:
+    """The typedef of `dtype`'s vectors as they are read and written in memory: any alignment,
+    aliasing anything (`<vector name>_u`)."""
+    lane, size = SCALAR_CTYPES[dtype.scalar()], dtype.scalar().itemsize * dtype.count
+    return f"typedef {lane} {vector_name(dtype)}_u __attribute__((vector_size({size}), aligned(1), may_alias));\n"
 
 
 def int_view(dtype: DType, signed: bool = True) -> DType:
@@ -96,33 +107,39 @@ class VectorC:
             lanes = [f"-(int32_t)({lane})" for lane in lanes]
         return f"(({self.ctype(dtype)}){{{', '.join(lanes)}}})"
 
+    def memory_ctype(self, dtype: DType) -> str:
+        """The unaligned, may-alias vector type loads and stores go through (module docstring)."""
+        self.ctype(dtype)
+        self.need(f"typedef {vector_name(dtype)}_u", memory_typedef(dtype))
+        return f"{vector_name(dtype)}_u"
+
     def load(self, dtype: DType, pointer: str, valid: str | None) -> str:
-        vtype = self.ctype(dtype)
+        vtype, memory = self.ctype(dtype), self.memory_ctype(dtype)
         ctype = SCALAR_CTYPES[dtype.scalar()]
         self.need(f"vload {vtype}", f"static inline {vtype} vload_{vtype}(const {ctype}* p) "
-                  f"{{ {vtype} v; memcpy(&v, p, sizeof v); return v; }}\n")
+                  f"{{ return *(const {memory}*)p; }}\n")
         expr = f"vload_{vtype}({pointer})"
         return expr if valid is None else f"({valid} ? {expr} : ({vtype}){{0}})"
 
     def store(self, dtype: DType, pointer: str, value: str) -> str:
-        vtype = self.ctype(dtype)
+        vtype, memory = self.ctype(dtype), self.memory_ctype(dtype)
         ctype = SCALAR_CTYPES[dtype.scalar()]
         self.need(f"vstore {vtype}", f"static inline void vstore_{vtype}({ctype}* p, {vtype} v) "
-                  f"{{ memcpy(p, &v, sizeof v); }}\n")
+                  f"{{ *({memory}*)p = v; }}\n")
         return f"vstore_{vtype}({pointer}, {value});"
 
     def stream(self, dtype: DType, pointer: str, value: str, register_bytes: int) -> str | None:
-        """A non-temporal store of `value` (memcpy when `pointer` is not aligned to the vector's
+        """A non-temporal store of `value` (a plain store when `pointer` is not aligned to the vector's
         size), or None when no x86 instruction fits (vector size unknown or above `register_bytes`)."""
         size = dtype.scalar().itemsize * dtype.count
         if size not in _STREAMS or size > register_bytes or dtype.scalar() == dtypes.bool:
             return None
-        vtype, (itype, intrinsic) = self.ctype(dtype), _STREAMS[size]
+        vtype, memory, (itype, intrinsic) = self.ctype(dtype), self.memory_ctype(dtype), _STREAMS[size]
         ctype = SCALAR_CTYPES[dtype.scalar()]
         self.need("immintrin", "#include <immintrin.h>\n")
         self.need(f"vstream {vtype}", f"static inline void vstream_{vtype}({ctype}* p, {vtype} v) {{\n"
                   f"  if (((uintptr_t)p & {size - 1}) == 0) {intrinsic}(({itype}*)p, ({itype})v);\n"
-                  f"  else memcpy(p, &v, sizeof v);\n}}\n")
+                  f"  else *({memory}*)p = v;\n}}\n")
         return f"vstream_{vtype}({pointer}, {value});"
 
     def gep(self, dtype: DType, vector: str, lane: int) -> str:

@@ -11,9 +11,11 @@ import pytest
 import fast
 from fast import config
 from fast.codegen import lower
+from fast.codegen.ir import IROps
 from fast.dtype import dtypes
+from fast.engine.schedule import lazy_buffers, plan_schedule
 from fast.ops import BinaryOps, BufferOps, KernelOps, LazyOp, MemBuffer
-from fast.runtime import clang, cpu
+from fast.runtime import cpu
 from fast.runtime.base import COMPILE_COUNTER, Compiled
 from fast.runtime.clang import (
     BASE_FLAGS,
@@ -157,8 +159,7 @@ def test_devices_are_records_sharing_one_runtime():
     assert isinstance(first, Compiled) and (first.name, second.name) == ("CLANG", "CLANG:1")
     assert first.allocator is second.allocator and first.compiler is second.compiler
     assert first.renderer is second.renderer and first.runtime is second.runtime
-    cap = clang.simd_cap(clang.compiler_path())
-    assert first.renderer.options.vector_bytes == cpu.vector_bytes(cap) and first.renderer.options.supports_threads
+    assert first.renderer.options.vector_bytes == cpu.vector_bytes() and first.renderer.options.supports_threads
     for bad in ("LLVM", "CLANG:x", "clang"):
         with pytest.raises(ValueError, match="CLANG"):
             create(bad)
@@ -222,3 +223,39 @@ def test_unrolled_bool_to_uint8_sum_is_not_miscompiled():
     fast.realize(equal)  # a realized bool buffer, read by its own (unrolled) reduce kernel
     total = equal.cast(fast.dtypes.uint8).r(fast.ReduceOps.SUM, (0,))
     assert fast.to_numpy(total).tolist() == [4]
+
+
+# ---------------------------------------------------------------- GCC 12.2 + AVX-512 constant stores
+
+def _programs(out: "fast.LazyBuffer") -> list:
+    """The lowered CLANG kernels that realizing `out` runs."""
+    options = fast.Device["CLANG"].renderer.options
+    steps = plan_schedule(lazy_buffers((out,)))
+    return [lower(step.item.ast, options) for step in steps if step.item.ast.op is KernelOps.SINK]
+
+
+def _constant_lanes(dtype, lanes: int, values: list[float]) -> "fast.LazyBuffer":
+    """One elementwise kernel whose value is the constant vector `values` then zeros up to `lanes`
+    (a sum of padded one-element constants, which the C compiler folds into one constant)."""
+    total = None
+    for position, value in enumerate(values):
+        one = fast.LazyBuffer.loadop(fast.LoadOps.CONST, (1,), dtype, "CLANG", arg=value)
+        one = one.pad(((position, lanes - 1 - position),))
+        total = one if total is None else total.e(BinaryOps.ADD, one)
+    assert total is not None
+    return total
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32, dtypes.float64, dtypes.int64])
+def test_constant_vectors_with_zero_high_lanes_are_stored_whole(dtype):
+    """Every vector width this host's C kernels use, every even count of leading constant lanes:
+    the stored vector keeps its zero lanes (no `memcpy` of vectors: renderer/c_vectors.py)."""
+    lanes = max(2, cpu.vector_bytes() // dtype.itemsize)
+    for filled in range(2, lanes, 2):
+        for other in (2.0, 3.0):  # {x, x, ..., 0, 0} and {x, y, x, y, ..., 0, 0}
+            values = [2.0, other] * (filled // 2)
+            (program,) = _programs(_constant_lanes(dtype, lanes, values))
+            assert [i.op for i in program.instrs].count(IROps.STORE) == 1  # one vector, one kernel
+            got = fast.to_numpy(_constant_lanes(dtype, lanes, values))
+            want = np.array(values + [0.0] * (lanes - filled), dtype=dtype.np)
+            np.testing.assert_array_equal(got, want, err_msg=f"{filled} of {lanes} lanes")

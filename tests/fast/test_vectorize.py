@@ -201,8 +201,8 @@ def test_chunked_column_reductions(device, rows, cols, dtype):
 @pytest.mark.parametrize("value", [float("nan"), 2.0, float("inf")])
 def test_padded_constants_keep_their_zero_lane(device, dtype, value):
     """Conformance regressions: a NaN (or 2.0) constant padded by one became x everywhere on CLANG,
-    because GCC 12 with AVX-512 folds vectors {x, x, x, 0.0} of 64-bit lanes into x in every lane
-    (runtime/clang.py `simd_cap` keeps GCC 12 at AVX2)."""
+    because GCC 12 with AVX-512 stores a memcpy'd constant {x, x, x, 0.0} of 64-bit lanes as x in
+    every lane (runtime/clang.py; the C renderer stores vectors through may_alias pointers)."""
     if fast.dtypes.is_int(dtype) and value != 2.0:
         return
     base = fast.LazyBuffer.loadop(fast.LoadOps.CONST, (3,), dtype, device, arg=value)
