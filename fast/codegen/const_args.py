@@ -102,6 +102,15 @@ def kernel_keys(ast: LazyOp) -> tuple[Structure, tuple[int, ...]]:
     return Structure(tuple(structure)), tuple(bits for _, bits in slots)
 
 
+def slot_keys(ast: LazyOp) -> list[tuple[DType, int]]:
+    """(dtype, bits) of each constant slot of `ast`, in slot order."""
+    slots: dict[tuple[DType, int], int] = {}
+    for node in ast.walk():
+        if node.op is BufferOps.CONST:
+            slots.setdefault((node.arg.dtype, const_bits(node.arg.val, node.arg.dtype)), len(slots))
+    return list(slots)
+
+
 def const_slots(ast: LazyOp) -> dict[int, int]:
     """id() of every CONST leaf of `ast` -> its slot number (the order of `kernel_keys`' bits)."""
     slots: dict[tuple[DType, int], int] = {}

@@ -135,15 +135,23 @@ def get_kernel(device: str, ast: LazyOp) -> tuple[CompiledKernel, tuple[int, ...
     """The kernel for `ast` on `device` and the constant parameters to pass it (after the shape
     variables; empty for a kernel with its constants inline). The first AST of a structure compiles
     with its constants inline; another value set of that structure compiles the parametrized kernel
-    once, which then serves every value set not compiled inline. Cache operations hold `_CACHE_LOCK`
-    (lanes of engine/parallel.py look kernels up concurrently); compiles run outside it."""
+    once, which then serves every value set not compiled inline."""
     structure, bits = kernel_keys(ast)
+    return kernel_for(device, ast, structure, bits, own_values=True)
+
+
+def kernel_for(device: str, ast: LazyOp, structure: Any, bits: tuple[int, ...],
+               own_values: bool) -> tuple[CompiledKernel, tuple[int, ...]]:
+    """`get_kernel` for an AST of `structure` whose constant slots hold `bits`; with `own_values`
+    False the AST's own constants may differ from `bits` (a replayed schedule), so it is only ever
+    compiled parametrized. Cache operations hold `_CACHE_LOCK` (lanes of engine/parallel.py look
+    kernels up concurrently); compiles run outside it."""
     inline_key, params_key = ("inline", device, structure, bits), ("params", device, structure)
     with _CACHE_LOCK:
         kernel = PROGRAMS.get(inline_key)
         if kernel is not None:
             return kernel, ()
-        parametrize = bool(bits) and params_key in PROGRAMS
+        parametrize = bool(bits) and (params_key in PROGRAMS or not own_values)
         kernel = PROGRAMS.get(params_key) if parametrize else None
     if kernel is not None:
         return kernel, bits
@@ -223,13 +231,15 @@ def _run_custom(item: ScheduleItem) -> str:
     """CUSTOM: `fn(out, *inputs)` on fresh host arrays of the public dtypes, then copied in."""
     call: CustomCall = item.ast.arg
     _require_allocated(item)
-    inputs = [to_public(buffer.as_numpy(), buffer.dtype).reshape(shape)
+    inputs = [to_public(buffer.as_numpy()[:math.prod(shape)], buffer.dtype).reshape(shape)
               for buffer, shape in zip(item.inputs, call.in_shapes, strict=True)]
     output = item.bufs[0]
     out = np.zeros(call.out_shape, dtype=output.dtype.np)
     with np.errstate(all="ignore"):
         call.fn(out, *inputs)
     data = to_storage(out, output.dtype).reshape(-1)
+    if data.size < output.size:  # symbolic sizes: the buffer is allocated for the variables' maxima
+        data = np.concatenate([data, np.zeros(output.size - data.size, data.dtype)])
     output.allocate(zeroed=False)
     if output.nbytes:
         output.copyin(data.view(np.uint8).data)
@@ -336,36 +346,50 @@ def realize(*buffers: Any) -> None:
     for observe in REALIZE_OBSERVERS:
         observe(outs)
     signature, template = replay.prepare(outs)
-    if signature is not None and template is not None:
-        items = replay.instantiate(template, signature)
-        if config.get().debug >= 2 or dump_stages() or not template.direct:
-            run_schedule(items)
-        else:
-            _replay_kernels(template, items)
+    if signature is not None and template is not None and _replay(template, signature) is not None:
         for number in template.realized:
             if signature.bases[number].realized is not None:
                 signature.bases[number].srcs = ()
+        asts = [ast for ast, _ in template.items]
     else:
         steps = _schedule_and_run(outs)
-        items = [step.item for step in steps]
+        asts = [step.item.ast for step in steps]
         if signature is not None and (recorded := replay.record(signature, steps)) is not None:
             replay.TEMPLATES.store(signature.key, recorded)
-    if config.get().debug >= 1 and items:
-        kernels = sum(item.ast.op is KernelOps.SINK for item in items)
-        print(f"realize: {len(items)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+    if config.get().debug >= 1 and asts:
+        kernels = sum(ast.op is KernelOps.SINK for ast in asts)
+        print(f"realize: {len(asts)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
 
 
-def _replay_kernels(template: replay.Template, items: list[ScheduleItem]) -> None:
-    """Run replayed kernel items with the kernels found on the template's first replay (one device,
-    constants fixed by the key: nothing to look up again)."""
-    if not template.kernels:
-        template.kernels.extend(get_kernel(item.bufs[0].device, item.ast) for item in items)
-    for item, (kernel, constants) in zip(items, template.kernels, strict=True):
-        for buffer in item.outputs:
+def _replay(template: replay.Template, signature: replay.Signature) -> int | None:
+    """Run a recorded schedule over the graph of `signature`; the number of items run, or None
+    (nothing run) when the graph's constants differ from the recorded ones and the template cannot
+    take new values."""
+    same_values = signature.consts == list(template.consts)
+    plain = template.direct and config.get().debug < 2 and not dump_stages()
+    bits = None if same_values or not plain else replay.slot_bits(template, signature)
+    if not same_values and bits is None:
+        return None
+    if not plain:
+        run_schedule(replay.instantiate(template, signature))
+        return len(template.items)
+    buffers = replay.buffers_of(template, signature)
+    devices = [bufs[0].device for bufs in buffers]
+    asts = [ast for ast, _ in template.items]
+    if bits is None:
+        if not template.kernels:  # found once: the key fixes the constants
+            template.kernels.extend(get_kernel(device, ast) for device, ast in zip(devices, asts, strict=True))
+        kernels = template.kernels
+    else:
+        kernels = [kernel_for(device, ast, structure, item_bits, own_values=False) for device, ast, structure, item_bits
+                   in zip(devices, asts, template.structures, bits, strict=True)]
+    for ast, bufs, (kernel, constants) in zip(asts, buffers, kernels, strict=True):
+        for buffer in bufs[:len(ast.src)]:  # a SINK's sources are its STOREs, one per output
             buffer.allocate(zeroed=False)
         program = kernel.program
-        launch(kernel.runner, [buffer.handle for buffer in item.bufs], constants, program.threaded,
+        launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
                program.mem_bytes + program.flops)
+    return len(template.items)
 
 
 def _schedule_and_run(outs: list[LazyBuffer]) -> list[Step]:

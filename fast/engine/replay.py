@@ -24,9 +24,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from fast import config
+from fast.codegen.const_args import const_bits, kernel_keys, slot_keys
+from fast.device import Buffer
+from fast.dtype import DType
 from fast.engine.schedule import ScheduleItem, Step, check_stale_outputs
 from fast.lazy import LazyBuffer
 from fast.ops import BinaryOps, KernelOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
@@ -35,21 +38,31 @@ MAX_TEMPLATES = 256
 _ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
 
 
-@dataclass(frozen=True)
-class Signature:
+ConstKey = tuple[DType, int]  # a constant slot: (dtype, bit pattern), see codegen/const_args.py
+
+
+class Signature(NamedTuple):  # (a tuple: built on every realize, and a frozen dataclass costs more)
     key: Key
-    bases: list[LazyBuffer]  # unrealized bases, sources first
+    bases: list[LazyBuffer]  # unrealized bases, in discovery order
     leaves: list[LazyBuffer]  # realized bases read, in first-read order
+    consts: list[ConstKey]  # the graph's constant slots, in first-appearance order
 
 
 @dataclass(frozen=True)
 class Template:
     """Recorded items: each buffer as ("base", n) or ("leaf", k); `realized`: the numbers of the
-    bases the items realize (their sources are dropped after the run, as `realize` does)."""
+    bases the items realize (their sources are dropped after the run, as `realize` does).
+    `consts`: the graph's constant slots when recorded. `slot_maps`, for direct templates whose every
+    kernel constant is a graph constant: per item, the graph slot of each of its kernel's constant
+    slots (the order of `kernel_keys`' bits), and `structures` the items' kernel structures; both
+    empty otherwise (other constant values are then scheduled afresh)."""
 
     items: tuple[tuple[Any, tuple[tuple[str, int], ...]], ...]
     realized: tuple[int, ...]
     direct: bool = True  # only kernels, on one device: run without `run_schedule`
+    consts: tuple[ConstKey, ...] = ()
+    slot_maps: tuple[tuple[int, ...], ...] = ()
+    structures: tuple[Any, ...] = ()
     kernels: list[Any] = field(default_factory=list, compare=False)  # per item, found on first replay
 
 
@@ -60,33 +73,34 @@ def _arg_key(base: LazyBuffer) -> Any:
     return (type(arg).__name__, arg) if base.op is LoadOps.CONST else arg
 
 
-def _static_entry(base: LazyBuffer) -> tuple[Any, ...] | None:
-    """(op, arg, dtype, shape, device) of a base whose op, device and shape allow a replay, else None.
-    Everything it reads is fixed when the base is built, so it is memoized in `base.engine_memo`;
-    what can change later (forced realization, values, stale reads) is checked by `signature`."""
-    memo = base.engine_memo
-    if memo is not None:
-        return memo if memo else None
-    op = base.op
-    on_compute = not base.device.startswith("DISK")
-    integral = not base.st.symbolic
-    if op is LoadOps.COPY:
-        replayable = on_compute and integral and not base.srcs[0].device.startswith("DISK")
-    else:
-        replayable = (isinstance(op, (*_ELEMENTWISE, ReduceOps)) or op is LoadOps.CONST) and on_compute and integral
-    # the op by id(): enum members live as long as the process, and Enum's __hash__ is slow Python
-    entry = (id(op), _arg_key(base), base.dtype, base.shape, base.device) if replayable else ()
+_REPLAYABLE = frozenset(id(op) for kind in (*_ELEMENTWISE, ReduceOps) for op in kind) | {id(LoadOps.CONST)}
+
+
+def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
+    """((op, shape), arg, dtype, device) of a base whose op, device and shape allow a replay, else
+    (). Everything it reads is fixed when the base is built, so it is memoized in `base.engine_memo`;
+    what can change later (forced realization, values, stale reads) is checked by `signature`. The
+    op is there by id() (enum members live as long as the process; Enum's __hash__ is slow Python),
+    and (op, shape) first: it is the part `Key` hashes."""
+    op, device = base.op, base.device
+    replayable = not device.startswith("DISK") and not base.st.symbolic and (
+        not base.srcs[0].device.startswith("DISK") if op is LoadOps.COPY else id(op) in _REPLAYABLE)
+    arg = None if op is LoadOps.CONST else _arg_key(base)  # a constant's value is a slot (`_Walk.entry`)
+    entry = ((id(op), base.shape), arg, base.dtype, device) if replayable else ()
     base.engine_memo = entry
-    return entry if entry else None
+    return entry
 
 
 class Key:
-    """A signature key whose hash is computed once (tuples rehash every element on every lookup)."""
+    """A signature key: `parts` decide equality; the hash is computed once, from `light`, a function
+    of the parts that hashes in C alone (op ids, shapes, numbers: no ShapeTracker or DType, whose
+    hashes are Python calls). Equal parts have equal light parts, so equal keys hash alike; keys
+    that differ only elsewhere share a hash and are told apart by `parts`."""
 
     __slots__ = ("parts", "hashed")
 
-    def __init__(self, parts: tuple[Any, ...]) -> None:
-        self.parts, self.hashed = parts, hash(parts)
+    def __init__(self, parts: tuple[Any, ...], light: tuple[Any, ...]) -> None:
+        self.parts, self.hashed = parts, hash(light)
 
     def __hash__(self) -> int:
         return self.hashed
@@ -108,13 +122,25 @@ class _Walk:
     the outputs, sources in order), realized bases read (leaves) in first-read order. Equal
     structures are discovered in the same order, so equal keys number their buffers alike."""
 
-    __slots__ = ("numbers", "bases", "leaf_numbers", "leaves")
+    __slots__ = ("numbers", "bases", "leaf_numbers", "leaves", "const_numbers", "consts", "light")
 
     def __init__(self) -> None:
         self.numbers: dict[int, int] = {}
         self.bases: list[LazyBuffer] = []
         self.leaf_numbers: dict[int, int] = {}
         self.leaves: list[LazyBuffer] = []
+        self.const_numbers: dict[ConstKey, int] = {}
+        self.consts: list[ConstKey] = []
+        self.light: list[Any] = []  # (op, shape) per base: what `Key` hashes
+
+    def const_slot(self, base: LazyBuffer) -> int:
+        """The slot of a CONST base: equal (dtype, bits) share one, as in a kernel's parameters."""
+        key = (base.dtype, const_bits(base.arg, base.dtype))
+        number = self.const_numbers.get(key)
+        if number is None:
+            number = self.const_numbers[key] = len(self.consts)
+            self.consts.append(key)
+        return number
 
     def base_number(self, base: LazyBuffer) -> int:
         number = self.numbers.get(id(base))
@@ -125,22 +151,33 @@ class _Walk:
 
     def entry(self, base: LazyBuffer) -> tuple[Any, ...] | None:
         """The key entry of an unrealized base (its static entry and how it reads each source), or
-        None when it may not be replayed: forced to realize, or reading memory assigned since."""
-        static = _static_entry(base)
-        if static is None or (base.forced_realize and base.op is not LoadOps.COPY):
+        None when it may not be replayed: forced to realize, or reading memory assigned since.
+        (The hot path of a repeated realize: attribute reads are inlined, no helper calls.)"""
+        static = base.engine_memo
+        if static is None:
+            static = _static_entry(base)
+        if not static or (base.forced_realize and base.op is not LoadOps.COPY):
             return None
+        self.light.append(static[0])
+        if base.op is LoadOps.CONST:
+            return (static, self.const_slot(base))
         refs: list[tuple[Any, ...]] = []
-        leaf_numbers = self.leaf_numbers
+        numbers, leaf_numbers = self.numbers, self.leaf_numbers
         for src, version in zip(base.srcs, base.src_versions, strict=True):
             source = src if src._base is None else src._base
             buffer = source._buffer
-            if buffer is not None and buffer.version > version:
-                return None  # a stale read: the scheduler raises for it
-            holds = buffer is not None and buffer.is_allocated() and \
-                (source.op is not LoadOps.ASSIGN or buffer.version > source._assign_version)
-            if not holds:
-                refs.append(("b", self.base_number(source), src.st))
+            if buffer is None or buffer._handle is None:
+                number = numbers.get(id(source))
+                if number is None:
+                    number = numbers[id(source)] = len(self.bases)
+                    self.bases.append(source)
+                refs.append(("b", number, src.st))
                 continue
+            current = (buffer._base or buffer)._version
+            if current > version:
+                return None  # a stale read: the scheduler raises for it
+            if source.op is LoadOps.ASSIGN and current <= source._assign_version:
+                return None  # an unrealized assign: scheduled, not replayed
             number = leaf_numbers.get(id(source))
             if number is None:
                 number = leaf_numbers[id(source)] = len(self.leaves)
@@ -164,7 +201,8 @@ def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
         if entry is None:
             return None
         entries.append(entry)
-    return Signature(Key((tuple(entries), tuple(outputs), config.get())), walk.bases, walk.leaves)
+    key = Key((tuple(entries), tuple(outputs), config.get()), tuple(walk.light))
+    return Signature(key, walk.bases, walk.leaves, walk.consts)
 
 
 def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
@@ -188,18 +226,46 @@ def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
         realized.extend(numbers[id(owner)] for owner in step.owners if id(owner) in numbers)
     direct = all(step.item.ast.op is KernelOps.SINK for step in steps) \
         and len({step.item.bufs[0].device for step in steps}) <= 1
-    return Template(tuple(items), tuple(realized), direct)
+    slot_maps, structures = _slot_maps(sig, [ast for ast, _ in items]) if direct else ((), ())
+    return Template(tuple(items), tuple(realized), direct, tuple(sig.consts), slot_maps, structures)
+
+
+def _slot_maps(sig: Signature, asts: list[Any]) -> tuple[tuple[tuple[int, ...], ...], tuple[Any, ...]]:
+    """(per kernel, the graph slot of each of its constant slots; per kernel, its structure), or
+    ((), ()) when a kernel holds a constant that is no graph constant's value."""
+    numbers = {key: number for number, key in enumerate(sig.consts)}
+    maps: list[tuple[int, ...]] = []
+    structures: list[Any] = []
+    for ast in asts:
+        structure, _ = kernel_keys(ast)
+        keys = slot_keys(ast)
+        if any(key not in numbers for key in keys):
+            return (), ()
+        maps.append(tuple(numbers[key] for key in keys))
+        structures.append(structure)
+    return tuple(maps), tuple(structures)
+
+
+def slot_bits(template: Template, sig: Signature) -> list[tuple[int, ...]] | None:
+    """Per item, the bits of its kernel's constant slots in the graph of `sig`; None when the
+    template cannot take other constant values than those it was recorded with."""
+    if not template.slot_maps:
+        return None
+    consts = sig.consts
+    return [tuple(consts[number][1] for number in slot_map) for slot_map in template.slot_maps]
+
+
+def buffers_of(template: Template, sig: Signature) -> list[tuple[Buffer, ...]]:
+    """Per item of the template, its buffers in the graph of `sig` (leaves are realized: `signature`
+    only numbers sources that hold values as leaves)."""
+    bases, leaves = sig.bases, sig.leaves
+    return [tuple([bases[number].buffer if kind == "base" else leaves[number]._buffer  # type: ignore[misc]
+                   for kind, number in refs]) for _, refs in template.items]
 
 
 def instantiate(template: Template, sig: Signature) -> list[ScheduleItem]:
-    """The template's items over the buffers of the graph of `sig` (leaves are realized: `signature`
-    only numbers sources that hold values as leaves)."""
-    bases, leaves = sig.bases, sig.leaves
-    items: list[ScheduleItem] = []
-    for ast, refs in template.items:
-        bufs = [bases[number].buffer if kind == "base" else leaves[number]._buffer for kind, number in refs]
-        items.append(ScheduleItem(ast, tuple(bufs)))  # type: ignore[arg-type]
-    return items
+    """The template's items over the buffers of the graph of `sig`."""
+    return [ScheduleItem(ast, bufs) for (ast, _), bufs in zip(template.items, buffers_of(template, sig), strict=True)]
 
 
 class TemplateCache(OrderedDict[Any, Template]):

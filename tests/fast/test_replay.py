@@ -10,6 +10,7 @@ import pytest
 import fast
 from fast import BinaryOps, ReduceOps, config, from_numpy, realize, to_numpy
 from fast.engine import replay
+from fast.runtime.base import COMPILE_COUNTER
 
 realize_module = importlib.import_module("fast.engine.realize")  # the module (fast.engine.realize is also a function)
 
@@ -47,14 +48,59 @@ def test_same_structure_over_other_buffers_is_replayed(schedules: list[int], dev
         assert len(schedules) == 1, round_number  # scheduled once, then replayed
 
 
-def test_another_constant_another_structure(schedules: list[int]) -> None:
+def test_another_constant_is_a_slot_of_the_same_structure(schedules: list[int]) -> None:
     a = RNG.standard_normal((4, 8)).astype(np.float32)
     x = from_numpy(a, "CLANG")
-    for constant in (2.0, 3.0, 2.0):
+    compiles = COMPILE_COUNTER.snapshot()[0]
+    for constant in (2.0, 3.0, 2.0, -0.0, 5.5, float("inf")):
         out = x.e(BinaryOps.MUL, x.const(constant))
         np.testing.assert_array_equal(to_numpy(out), a * np.float32(constant))
         del out
-    assert len(schedules) == 2  # 2.0 scheduled, 3.0 scheduled, 2.0 replayed
+    assert len(schedules) == 1  # 2.0 scheduled; the other values replayed with their slot's value
+    assert COMPILE_COUNTER.snapshot()[0] - compiles <= 2  # inline for 2.0, then one parametrized kernel
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float16, np.float64, np.bool_])
+def test_constant_slots_of_every_kind_replay_their_bits(schedules: list[int], dtype: type) -> None:
+    a = (RNG.standard_normal((3, 5)) * 9).astype(dtype)
+    x = from_numpy(a, "LLVM")
+    values = [True, False, True] if dtype is np.bool_ else [3, -2, 7] if dtype is not np.uint8 else [3, 250, 7]
+    for value in values:
+        op = BinaryOps.MAX if dtype is np.bool_ else BinaryOps.ADD
+        got = to_numpy(x.e(op, x.const(value)))
+        want = np.maximum(a, np.bool_(value)) if dtype is np.bool_ else (a + np.array(value).astype(dtype)).astype(dtype)
+        np.testing.assert_array_equal(got, want)
+    assert len(schedules) == 1
+
+
+def test_equal_constants_are_one_slot_and_unequal_ones_another_structure(schedules: list[int]) -> None:
+    a = RNG.standard_normal((4, 8)).astype(np.float32)
+    x = from_numpy(a, "CLANG")
+    for first, second in ((2.0, 2.0), (3.0, 3.0), (2.0, 5.0), (4.0, 6.0), (7.0, 7.0)):
+        out = x.e(BinaryOps.ADD, x.const(first)).e(BinaryOps.MUL, x.const(second))
+        np.testing.assert_array_equal(to_numpy(out), (a + np.float32(first)) * np.float32(second))
+    assert len(schedules) == 2  # one structure with one slot, one with two
+
+
+def test_new_constants_of_a_two_device_graph_are_scheduled(schedules: list[int]) -> None:
+    a = RNG.standard_normal((4, 8)).astype(np.float32)
+    x, y = from_numpy(a, "CLANG"), from_numpy(a, "CLANG:1")
+    for constant in (2.0, 3.0, 3.0):
+        left = x.e(BinaryOps.MUL, x.const(constant))
+        right = y.e(BinaryOps.ADD, y.const(constant)).copy_to_device("CLANG")
+        out = left.e(BinaryOps.ADD, right)
+        np.testing.assert_array_equal(to_numpy(out), a * np.float32(constant) + (a + np.float32(constant)))
+    assert len(schedules) == 2  # not a one-device kernel-only template: 3.0 is scheduled, then replayed
+
+
+def test_new_constants_under_debug_are_scheduled(schedules: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    a = RNG.standard_normal((4, 8)).astype(np.float32)
+    x = from_numpy(a, "CLANG")
+    with config.override(debug=2):
+        for constant in (2.0, 3.0):
+            np.testing.assert_array_equal(to_numpy(x.e(BinaryOps.MUL, x.const(constant))), a * np.float32(constant))
+    capsys.readouterr()
+    assert len(schedules) == 2
 
 
 def test_one_input_twice_is_not_two_inputs(schedules: list[int]) -> None:
