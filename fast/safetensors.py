@@ -36,7 +36,7 @@ import numpy as np
 
 from fast.dtype import DType, dtypes
 from fast.engine import realize, to_numpy
-from fast.engine.realize import concrete_shape
+from fast.engine.readback import concrete_shape
 from fast.lazy import LazyBuffer
 from fast.lazy_ops import buffer_view
 from fast.multi import MultiLazyBuffer

@@ -1,4 +1,4 @@
-"""Running schedules: `run_schedule`, `realize`, `to_numpy`, the program cache, DEBUG lines and IR dumps.
+"""Running schedules: `run_schedule`, `realize`, the program cache, DEBUG lines and IR dumps.
 
 Pipeline of one kernel (`compile_item`, the one place that shows it whole):
     ast --lower--> LinearProgram --render--> source --compile_cached--> library --runtime--> Program
@@ -36,16 +36,15 @@ from fast import config
 from fast.codegen import format_program, lower
 from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
-from fast.device import Buffer, Device
+from fast.device import Device
 from fast.dtype import DType, dtypes
-from fast.engine import fusion, replay
+from fast.engine import replay
 from fast.engine.programs import ProgramCache
 from fast.engine.schedule import CustomCall, ScheduleItem, Step, lazy_buffers, plan_schedule
 from fast.lazy import LazyBuffer
 from fast.lazy_versions import assign_realized
 from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
 from fast.runtime.launch import launch
-from fast.shape.symbolic import Node
 
 DUMP_STAGES = ("schedule", "ast", "ir", "source")
 
@@ -405,38 +404,3 @@ def _schedule_and_run(outs: list[LazyBuffer]) -> list[Step]:
             if owner.realized is not None:
                 owner.srcs = ()  # the graph below a realized base can be freed; `op` stays
     return steps
-
-
-def _readable_on_host(lb: LazyBuffer) -> LazyBuffer:
-    """A lazy buffer holding lb's values contiguously in a Buffer of its own."""
-    if lb.realized is not None and fusion.is_identity_view(lb, lb.base):
-        return lb
-    if lb.device.startswith("DISK:") and not lb.st.consecutive:
-        return lb.copy_to_device("CLANG").contiguous()
-    return lb.contiguous()
-
-
-def to_numpy(buffer: Any) -> np.ndarray:
-    """Realize `buffer` and return a fresh array of its shape and `dtype.np` (bfloat16 as float32).
-    A MultiLazyBuffer gives its real shards joined along its axis, or its first real shard."""
-    if hasattr(buffer, "real_lbs"):
-        realize(buffer)
-        shards = [to_numpy(shard) for shard in buffer.real_lbs]
-        return shards[0] if buffer.axis is None else np.concatenate(shards, axis=buffer.axis)
-    if not isinstance(buffer, LazyBuffer):
-        raise TypeError(f"to_numpy: {buffer!r} is not a LazyBuffer or MultiLazyBuffer")
-    shape = concrete_shape(buffer.shape)
-    realize(buffer)
-    if math.prod(shape) == 0:  # a zero-size graph is a constant with no elements: nothing to read
-        return np.empty(shape, dtype=buffer.dtype.np)
-    readable = _readable_on_host(buffer)
-    realize(readable)
-    stored: Buffer | None = readable.base.realized
-    if stored is None:
-        raise RuntimeError(f"to_numpy: {buffer!r} did not realize")
-    return to_public(stored.as_numpy()[:math.prod(shape)], buffer.dtype).reshape(shape).copy()
-
-
-def concrete_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
-    """A shape with every symbolic size evaluated at its bound Variables' values."""
-    return tuple(size.evaluate({}) if isinstance(size, Node) else int(size) for size in shape)

@@ -1,0 +1,49 @@
+"""Reading values back: `to_numpy` realizes a buffer and copies its values into a fresh numpy array
+(through a contiguous host-readable copy when the buffer is a view or lives on DISK)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fast.device import Buffer
+from fast.engine import fusion
+from fast.engine.realize import realize, to_public
+from fast.lazy import LazyBuffer
+from fast.shape.symbolic import Node
+
+
+def _readable_on_host(lb: LazyBuffer) -> LazyBuffer:
+    """A lazy buffer holding lb's values contiguously in a Buffer of its own."""
+    if lb.realized is not None and fusion.is_identity_view(lb, lb.base):
+        return lb
+    if lb.device.startswith("DISK:") and not lb.st.consecutive:
+        return lb.copy_to_device("CLANG").contiguous()
+    return lb.contiguous()
+
+
+def to_numpy(buffer: Any) -> np.ndarray:
+    """Realize `buffer` and return a fresh array of its shape and `dtype.np` (bfloat16 as float32).
+    A MultiLazyBuffer gives its real shards joined along its axis, or its first real shard."""
+    if hasattr(buffer, "real_lbs"):
+        realize(buffer)
+        shards = [to_numpy(shard) for shard in buffer.real_lbs]
+        return shards[0] if buffer.axis is None else np.concatenate(shards, axis=buffer.axis)
+    if not isinstance(buffer, LazyBuffer):
+        raise TypeError(f"to_numpy: {buffer!r} is not a LazyBuffer or MultiLazyBuffer")
+    shape = concrete_shape(buffer.shape)
+    realize(buffer)
+    if math.prod(shape) == 0:  # a zero-size graph is a constant with no elements: nothing to read
+        return np.empty(shape, dtype=buffer.dtype.np)
+    readable = _readable_on_host(buffer)
+    realize(readable)
+    stored: Buffer | None = readable.base.realized
+    if stored is None:
+        raise RuntimeError(f"to_numpy: {buffer!r} did not realize")
+    return to_public(stored.as_numpy()[:math.prod(shape)], buffer.dtype).reshape(shape).copy()
+
+
+def concrete_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    """A shape with every symbolic size evaluated at its bound Variables' values."""
+    return tuple(size.evaluate({}) if isinstance(size, Node) else int(size) for size in shape)
