@@ -24,9 +24,11 @@ Heuristics (lanes = the renderer's vector width for the kernel's widest element,
   no such divisor exists (a prime size), the axis is vectorized over its first `tail` positions (a
   multiple of lanes x copies) and lowering runs the output loops once more for the rest, that axis
   scalar (`KernelPlan.tail`, `tail_plan`): the same values, element by element,
-  (elementwise); in reductions, 2 copies plus 4 rows of the output axis whose rows reuse the most
-  vector loads (a register tile: matmul's rows of A, a convolution's output channels), or up to 8
-  copies when there is no such axis (a column sum: 8 vectors of columns per walk down the rows);
+  (elementwise; a tailed axis takes the copies that leave the shortest tail); in reductions, a
+  register tile of about half the target's vector registers in accumulators: copies times rows of
+  the output axis whose rows reuse the most vector loads (matmul's rows of A, a convolution's
+  output channels): 4 x 2 or 8 x 1 with 16 registers, 4 x 4 or 8 x 2 with 32 (AVX-512); or up to
+  8 copies when there is no such axis (a column sum: 8 vectors of columns per walk down the rows);
 - a vectorized-output reduction that stores the reduce itself walks its outermost reduce axis in
   chunks of 32 (or 16) rows outside the output loops, adding each
   chunk into the output (column sums stream, matmul gets k-blocking; per output the order is chunk
@@ -173,10 +175,21 @@ def _block_axis(plan: KernelPlan, candidates: list[int], vector_axis: int,
     return max(reversed(options), key=lambda i: _reuse(axes[i].axis, vector_axis, load_strides))
 
 
+def _copies(size: sint, width: int, tile: Sequence[int], tailed: bool) -> int:
+    """Vectors per iteration: the first of `tile` whose step divides `size`; on a tailed axis the one
+    whose step leaves the shortest scalar tail (more copies on ties)."""
+    if not tailed:
+        return next(c for c in tile if _divides(size, width * c))
+    assert isinstance(size, int)  # noqa: S101 - only integer sizes get tails
+    fits = [c for c in tile if size >= width * c]
+    return max(fits, key=lambda c: (size - size % (width * c), c))
+
+
 def _vector_output(plan: KernelPlan, store_strides: Sequence[sint | None], lanes: int,
-                   load_strides: Sequence[Sequence[sint | None]]) -> KernelPlan | None:
+                   load_strides: Sequence[Sequence[sint | None]], registers: int = 16) -> KernelPlan | None:
     """Vectorize the innermost output axis when the STORE walks it contiguously. In a reduction,
-    unroll it (copies) and a second output axis (rows) into a register tile of accumulators."""
+    unroll it (copies) and a second output axis (rows) into a register tile of accumulators: about
+    half the `registers` (the rest hold the loaded vectors and the broadcast value)."""
     candidates = [i for i, axis in enumerate(plan.output_axes) if axis.size != 1]
     if not candidates or store_strides[plan.output_axes[candidates[-1]].axis] != 1:
         return None
@@ -190,12 +203,13 @@ def _vector_output(plan: KernelPlan, store_strides: Sequence[sint | None], lanes
         return None
     outputs = list(plan.output_axes)
     block = _block_axis(plan, candidates, axis.axis, load_strides) if plan.reduce_axes else None
-    tile = (2, 1) if block is not None else (8, 4, 2, 1) if plan.reduce_axes else (4, 2, 1)
+    accumulators = max(8, registers // 2)
+    tile = ((4, 2, 1) if accumulators >= 16 else (2, 1)) if block is not None \
+        else (8, 4, 2, 1) if plan.reduce_axes else (4, 2, 1)
     size = axis.size
-    copies = next(c for c in tile if ((isinstance(size, int) and size >= width * c) if tailed
-                                      else _divides(size, width * c)))
-    if block is not None:  # about 8 accumulators: 4 rows x 2 vectors, or 8 rows x 1
-        rows = next(r for r in ((8, 4, 2) if copies == 1 else (4, 2)) if _divides(outputs[block].size, r))
+    copies = _copies(size, width, tile, tailed)
+    if block is not None:  # rows x copies <= accumulators (16: 4 x 4 or 8 x 2; 8: 4 x 2 or 8 x 1)
+        rows = next(r for r in (8, 4, 2) if r * copies <= accumulators and _divides(outputs[block].size, r))
         outputs[block] = replace(outputs[block], unroll=rows)
     if not tailed:
         outputs[position] = replace(axis, unroll=copies, vector=width)
@@ -223,7 +237,7 @@ def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_s
     vectorized = None
     if lanes > 1:
         vectorized = _vector_reduce(plan, load_strides, lanes) \
-            or _vector_output(plan, output_strides, lanes, load_strides)
+            or _vector_output(plan, output_strides, lanes, load_strides, options.vector_registers)
     if vectorized is None:
         plan = _upcast_innermost_output(plan, options.max_upcast)
         return _unroll_innermost_reduce(plan, options.max_unroll, options.max_unrolled_bodies)

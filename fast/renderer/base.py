@@ -55,6 +55,8 @@ class RendererOptions:
       its share of the outermost GLOBAL loop (fast/codegen/lower.py); the runtime splits the launch.
     - `stream_min_bytes`: outputs of at least this many bytes that a kernel only writes get
       non-temporal vector stores (codegen/streaming.py); 0: the renderer has none.
+    - `vector_registers`: SIMD registers of `vector_bytes` the target has; register tiles of
+      accumulators (codegen/opt.py) use about half of them.
     """
 
     vector_bytes: int = 0
@@ -66,6 +68,7 @@ class RendererOptions:
     max_unrolled_bodies: int = 32
     supports_threads: bool = False
     stream_min_bytes: int = 0
+    vector_registers: int = 16
 
     @property
     def supports_vectors(self) -> bool:
@@ -80,8 +83,11 @@ class RendererOptions:
 
 def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0) -> RendererOptions:
     """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes
-    (`stream_min_bytes`: see RendererOptions; only for hosts with non-temporal vector stores)."""
-    return RendererOptions(vector_bytes=vector_bytes, vector_ops=CPU_VECTOR_OPS if vector_bytes else frozenset(),
+    (`stream_min_bytes`: see RendererOptions; only for hosts with non-temporal vector stores).
+    64-byte registers are AVX-512's, which has 32 of them; narrower ones are counted as 16 (AVX2,
+    SSE; NEON's 32 are not counted on)."""
+    return RendererOptions(vector_bytes=vector_bytes, vector_registers=32 if vector_bytes >= 64 else 16,
+                           vector_ops=CPU_VECTOR_OPS if vector_bytes else frozenset(),
                            vector_casts=CPU_VECTOR_CASTS if vector_bytes else frozenset(),
                            vector_memory=frozenset(VECTOR_FLOATS + VECTOR_INTS) if vector_bytes else frozenset(),
                            max_upcast=4, max_unroll=8, supports_threads=threads,

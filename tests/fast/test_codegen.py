@@ -1,6 +1,7 @@
 """Lowering (fast/codegen): the IR verifier/printer/builder, reductions, masked loads through every
 movement op, optimizations on and off, symbolic shapes and 64-bit indexing, run on CLANG."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from fast.ops import (
     UnaryOps,
     float32_to_bfloat16_bits,
 )
+from fast.renderer.base import cpu_options
 from fast.runtime.clang import create
 from fast.runtime.launch import launch
 from fast.shape.shapetracker import ShapeTracker
@@ -146,6 +148,19 @@ def test_optimization_plan_decisions():
         n = Variable("n", 1, 64)
         assert plan_kernel((n, 4), (0,), (0, 1), options).reduce_axes == (AxisPlan(0, n),)
     assert not AxisPlan(0, 4, 4).has_loop and AxisPlan(0, 8, 4).has_loop and not AxisPlan(0, 1).has_loop
+
+
+@pytest.mark.parametrize("registers,n,tile", [(16, 512, (4, 2)), (32, 512, (4, 4)), (32, 96, (8, 2)),
+                                              (16, 99, (4, 2)), (32, 99, (8, 2)), (32, 67, (4, 4))])
+def test_matmul_register_tile_follows_the_vector_registers(registers, n, tile):
+    """Rows x vectors of a matmul's accumulator tile: half the registers (8 or 16 accumulators); on a
+    tailed column axis the copies that leave the shortest scalar tail (99 = 96 + 3, not 64 + 35)."""
+    options = replace(cpu_options(64), vector_registers=registers)
+    with config.override(noopt=False):  # (M, N, K) = (16, n, 32): A's rows reuse B's vector loads
+        plan = plan_kernel((16, n, 32), (2,), (n, 1, 0), options, ((32, 0, 1), (0, 1, n)), lanes=16)
+    rows, columns = plan.output_axes
+    assert (rows.unroll, columns.unroll) == tile and columns.vector == 16
+    assert columns.size == n - n % (16 * tile[1])
 
 
 # ---------------------------------------------------------------- lowering errors

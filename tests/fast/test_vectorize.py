@@ -265,6 +265,35 @@ def test_matmul_with_output_columns_the_lanes_do_not_divide(device, m, k, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,k,n", [(24, 37, 96), (12, 5, 128), (8, 1, 67), (6, 33, 64), (1, 64, 64), (16, 7, 99)])
+@pytest.mark.parametrize("view", ["plain", "flip", "pad"])
+def test_matmul_register_tiles_on_awkward_shapes(device, m, k, n, view):
+    """Register tiles of up to 16 accumulators (4 x 4 or 8 x 2 vectors with AVX-512; opt.py) over
+    column counts with and without a tail, a K of 1 or a prime, and A flipped or padded (masked
+    loads): the same bits for 1, 2 and 3 threads, and numpy's product within the sum tolerance."""
+    move, want_move = VIEWS[view]
+    a, b = _inputs(m, k, np.float32), _inputs(k, n, np.float32)
+    x, y = move(fast.from_numpy(a, device)), fast.from_numpy(b, device)
+    rows, depth = x.shape
+    want = want_move(a) @ b if depth == k else None
+    if want is None:  # the padded view widens K: pad B's rows the same way (zeros)
+        y = y.pad(((3, 0), (0, 0)))
+        want = want_move(a) @ np.pad(b, ((3, 0), (0, 0)))
+
+    def product() -> bytes:
+        left = x.reshape((rows, 1, depth)).expand((rows, n, depth))
+        right = y.permute((1, 0)).reshape((1, n, depth)).expand((rows, n, depth))
+        return fast.to_numpy(left.e(BinaryOps.MUL, right).r(ReduceOps.SUM, (2,))).tobytes()
+
+    results = []
+    for threads in (1, 2, 3):
+        with config.override(threads=threads, alloc_poison=True):
+            results.append(product())
+    assert results[0] == results[1] == results[2]
+    _check(np.frombuffer(results[0], np.float32).reshape(want.shape), want, depth)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(6, 40), (7, 33), (13, 5), (17, 3)])
 def test_several_reduces_with_an_output_tail_write_every_output(device, shape):
     """Row sum + row max of one input share a kernel whose vectorized output axis may leave a tail;
