@@ -34,13 +34,16 @@ class DType:
         return self.name == other.name and self.priority == other.priority and self.itemsize == other.itemsize \
             and self.fmt == other.fmt and self.count == other.count
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.priority, self.itemsize, self.name, self.fmt, self.count)))
+
+    def __reduce__(self) -> tuple[type[DType], tuple[int, int, str, str | None, int]]:
+        """Pickled by its fields: the cached hash of a str differs from process to process."""
+        return (DType, (self.priority, self.itemsize, self.name, self.fmt, self.count))
+
     def __hash__(self) -> int:
-        """Cached (dtypes key many dicts and sets on hot paths); equal dtypes hash equal."""
-        cached: int | None = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash((self.priority, self.itemsize, self.name, self.fmt, self.count))
-            object.__setattr__(self, "_hash", cached)
-        return cached
+        """Computed at creation (dtypes key many dicts and sets on hot paths); equal dtypes hash equal."""
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     def vec(self, count: int) -> DType:
         """The vector dtype of `count` lanes of this scalar dtype."""

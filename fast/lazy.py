@@ -40,7 +40,7 @@ from fast import lazy_versions as ordering
 from fast.device import Buffer, Device
 from fast.dtype import ConstType, DType, dtypes
 from fast.lazy_keys import arg_key, bound_values, broadcast_tracker, const_value, normalized, tracker
-from fast.ops import LoadOps, Op, ReduceOps, UnaryOps, result_dtype
+from fast.ops import LoadOps, Op, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable, sint
 
@@ -194,24 +194,27 @@ class LazyBuffer:
         """`val` (in this buffer's dtype) broadcast to `shape` (default: this shape), same device."""
         checks.check_compute_device("CONST", self.device)
         checked = self.shape if shape is None else checks.check_shape("CONST", shape)
-        return const_node(self.device, self.dtype, const_value("CONST", val, self.dtype), checked)
+        return const_node(self.device, self.dtype, const_value("CONST", val, self.dtype), checked, is_normalized=True)
 
     # ------------------------------------------------------------ compute
 
     def e(self, op: Op, *srcs: LazyBuffer, arg: Any = None) -> LazyBuffer:
-        """Elementwise `op` with self as the first operand."""
-        operands = checks.check_elementwise(op, (self, *srcs))
-        value_dtype = operands[-1].dtype
-        out_dtype = result_dtype(op, value_dtype)
-        consts = tuple([(s._base or s).arg if (s._base or s).op is LoadOps.CONST and s.is_unrealized_unmasked_const()
-                        else None for s in operands])
-        if consts.count(None) != len(consts):  # folding needs a constant operand
-            fold = rules.fold_elementwise(op, value_dtype, consts)
-            if fold is not None:
-                return lazy_ops.apply_fold(fold, operands, out_dtype)
+        """Elementwise `op` with self as the first operand. (The hot path of graph building: the
+        rare cases, constant operands and contiguous children, are tested inline first.)"""
+        operands = (self, *srcs)
+        out_dtype = checks.check_elementwise(op, operands)
+        redirected = False
+        for s in operands:
+            base = s._base or s
+            if base.op is LoadOps.CONST:
+                if (fold := _constant_fold(op, operands)) is not None:
+                    return lazy_ops.apply_fold(fold, operands, out_dtype)
+                redirected = True  # (not worth telling apart: constants are rare operands)
+                break
+            redirected = redirected or base.contiguous_child is not None
         if op is UnaryOps.NEG and (inner := lazy_ops.double_negation(self)) is not None:
             return inner
-        resolved = tuple([redirect(s) for s in operands])
+        resolved = tuple([redirect(s) for s in operands]) if redirected else operands
         st = self.st if self._base is None else tracker(self.shape)  # a base's st is from_shape(shape)
         return create(self.device, st, out_dtype, op, arg, resolved)
 
@@ -291,13 +294,21 @@ class LazyBuffer:
 
 # ---------------------------------------------------------------- node construction
 
+def _constant_fold(op: Op, operands: tuple[LazyBuffer, ...]) -> rules.Fold | None:
+    """The folding rule for `op` over operands of which some are unrealized unmasked constants."""
+    consts = tuple([(s._base or s).arg if s.is_unrealized_unmasked_const() else None for s in operands])
+    if consts.count(None) == len(consts):
+        return None
+    return rules.fold_elementwise(op, operands[-1].dtype, consts)
+
+
 def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, arg: Any = None,
             srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None) -> LazyBuffer:
     """The node for (device, st, dtype, op, arg, srcs) or the view of `base` through `st`, cached."""
-    if 0 in st.shape:
+    if 0 in st.views[-1].shape:
         op, arg, srcs, base = LoadOps.CONST, normalized(0, dtype), (), None
         st = tracker(st.shape)
-    if not config.get().lazycache or op is LoadOps.EMPTY or op is LoadOps.CUSTOM or op is LoadOps.ASSIGN:
+    if not config.CONFIG.lazycache or op is LoadOps.EMPTY or op is LoadOps.CUSTOM or op is LoadOps.ASSIGN:
         return LazyBuffer(device, st, dtype, op, arg, srcs, base)
     versions: tuple[int, ...] | None = None
     bound = bound_values(st) if st.symbolic else ()
@@ -309,7 +320,7 @@ def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, ar
         # The op by id(): enum members live as long as the process, and Enum's __hash__ is slow Python
         versions = ordering.read_versions(op, srcs)  # type: ignore[arg-type]
         key = (device, st, dtype, id(op), arg if arg is None or type(arg) is int else arg_key(arg), versions, bound,
-               *[weakref.ref(s) for s in srcs])
+               *map(weakref.ref, srcs))
     entry = _CACHE.get(key)
     if entry is not None:
         hit = entry()
@@ -341,12 +352,18 @@ def _aliasing_buffer(device: str, shape: tuple[sint, ...], dtype: DType, op: Op,
     return Buffer(device, size, dtype, base=srcs[0].base.buffer, offset=arg)
 
 
-def const_node(device: str, dtype: DType, value: ConstType, shape: tuple[sint, ...]) -> LazyBuffer:
-    """A scalar CONST base broadcast to `shape` (no device check: internal)."""
-    scalar = create(device, tracker(()), dtype, LoadOps.CONST, normalized(value, dtype))
+_SCALAR = tracker(())
+
+
+def const_node(device: str, dtype: DType, value: ConstType, shape: tuple[sint, ...],
+               is_normalized: bool = False) -> LazyBuffer:
+    """A scalar CONST base broadcast to `shape` (no device check: internal). The broadcast view
+    has no mask and differs from the scalar's shape, so it is built without `view_of`'s tests (a
+    zero-size shape still becomes a CONST 0 in `create`)."""
+    scalar = create(device, _SCALAR, dtype, LoadOps.CONST, value if is_normalized else normalized(value, dtype))
     if not shape:
         return scalar
-    return view_of(scalar, broadcast_tracker(shape))
+    return create(device, broadcast_tracker(shape), dtype, base=scalar)
 
 
 def view_of(base: LazyBuffer, st: ShapeTracker) -> LazyBuffer:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from fast import lazy as graph
 from fast.dtype import DType, dtypes
-from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, supports
-from fast.shape.symbolic import Node, is_sint, sint, sint_prod
+from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, result_dtype, supports
+from fast.shape.symbolic import Node, is_sint, sint
 
 if TYPE_CHECKING:
     from fast.lazy import LazyBuffer
@@ -55,29 +55,36 @@ def check_shape(opname: str, shape: object) -> tuple[sint, ...]:
     return tuple(shape)
 
 
-def check_elementwise(op: object, srcs: tuple[object, ...]) -> tuple[LazyBuffer, ...]:
-    """Validate `e(op, *srcs)` (srcs includes self); returns the operands. (A hot path: loops, not
-    generators, and one memoised support lookup.)"""
+def check_elementwise(op: object, srcs: tuple[object, ...]) -> DType:
+    """Validate `e(op, *srcs)` (srcs includes self); returns the result dtype. (A hot path: loops,
+    not generators, names looked up only for messages, one memoised lookup per (op, dtype).)"""
+    if type(op) is BinaryOps and len(srcs) == 2:  # the common case, checked in one go
+        first, other = srcs
+        lazy = graph.LazyBuffer
+        if type(first) is lazy and type(other) is lazy and other.dtype is first.dtype and other.device == first.device \
+                and other.shape == first.shape and not first.device.startswith("DISK:"):
+            known = _SUPPORTED.get((id(op), first.dtype))
+            if known is not None and known is not False:
+                return known  # type: ignore[return-value]
     arity = ARITY.get(type(op))
     if arity is None or op is UnaryOps.CAST or op is UnaryOps.BITCAST:
         _reject_op(op)
-    opname: str = op.name  # type: ignore[attr-defined]
     if len(srcs) != arity:
-        raise TypeError(f"{opname}: takes {arity} operands (self included), got {len(srcs)}")
+        raise TypeError(f"{_name(op)}: takes {arity} operands (self included), got {len(srcs)}")
     lazy_type = graph.LazyBuffer
     for src in srcs:
         if type(src) is not lazy_type:
-            check_lazy(opname, src)
+            check_lazy(_name(op), src)
     operands: tuple[LazyBuffer, ...] = srcs  # type: ignore[assignment]
     first = operands[0]
     device, shape = first.device, first.shape
     if device.startswith("DISK:"):
-        check_compute_device(opname, device)
+        check_compute_device(_name(op), device)
     for other in operands[1:]:
         if other.device != device:
-            raise ValueError(f"{opname}: operands on different devices {device} and {other.device}")
+            raise ValueError(f"{_name(op)}: operands on different devices {device} and {other.device}")
         if other.shape != shape:
-            raise ValueError(f"{opname}: shape mismatch {shape} vs {other.shape}")
+            raise ValueError(f"{_name(op)}: shape mismatch {shape} vs {other.shape}")
     is_where = op is TernaryOps.WHERE
     if is_where and first.dtype is not dtypes.bool and first.dtype != dtypes.bool:
         raise TypeError(f"WHERE: condition must be bool, got {first.dtype.name}")
@@ -85,16 +92,22 @@ def check_elementwise(op: object, srcs: tuple[object, ...]) -> tuple[LazyBuffer,
     for value in operands[2:] if is_where else operands[1:]:
         if value.dtype is not dtype and value.dtype != dtype:
             values = operands[1:] if is_where else operands
-            raise TypeError(f"{opname}: dtype mismatch {', '.join(v.dtype.name for v in values)}")
-    supported = _SUPPORTED.get((id(op), dtype))
-    if supported is None:
-        supported = _SUPPORTED[(id(op), dtype)] = supports(op, dtype)  # type: ignore[arg-type]
-    if not supported:
-        raise TypeError(f"{opname} is not defined for dtype {dtype.name}")
-    return operands
+            raise TypeError(f"{_name(op)}: dtype mismatch {', '.join(v.dtype.name for v in values)}")
+    result = _SUPPORTED.get((id(op), dtype))
+    if result is None:
+        result = _SUPPORTED[(id(op), dtype)] = result_dtype(op, dtype) if supports(op, dtype) else False  # type: ignore[arg-type]
+    if result is False:  # (otherwise a DType)
+        raise TypeError(f"{_name(op)} is not defined for dtype {dtype.name}")
+    return result  # type: ignore[return-value]
 
 
-_SUPPORTED: dict[tuple[int, DType], bool] = {}  # by id(op): enum members live as long as the process
+def _name(op: object) -> str:
+    return op.name  # type: ignore[attr-defined,no-any-return]
+
+
+# (id(op), operand dtype) -> result dtype, or False when the op is not defined for the dtype. By id(op):
+# enum members live as long as the process.
+_SUPPORTED: dict[tuple[int, DType], DType | bool] = {}
 
 
 def _reject_op(op: object) -> NoReturn:
@@ -125,11 +138,22 @@ def _symbolic(shape: Sequence[Any]) -> bool:
     return any(isinstance(size, Node) for size in shape)
 
 
+def _bound_count(shape: Sequence[sint]) -> int | None:
+    """The element count at the bound Variables' values; None when a size is not bound."""
+    count = 1
+    for size in shape:
+        value = bound_value(size)
+        if value is None:
+            return None
+        count *= value
+    return count
+
+
 def check_reshape(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]:
     checked = check_shape("reshape", new_shape)
-    if not _symbolic(shape) and not _symbolic(checked) and sint_prod(shape) != sint_prod(checked):
-        raise ValueError(f"reshape: cannot reshape {shape} ({sint_prod(shape)} elements) to {checked} "
-                         f"({sint_prod(checked)} elements)")
+    old, new = _bound_count(shape), _bound_count(checked)  # bound Variables: their values are used
+    if old is not None and new is not None and old != new:
+        raise ValueError(f"reshape: cannot reshape {shape} ({old} elements) to {checked} ({new} elements)")
     return checked
 
 
@@ -149,7 +173,7 @@ def _check_pairs(opname: str, shape: tuple[sint, ...], argument: object) -> tupl
 
 def check_pad(shape: tuple[sint, ...], arg: object) -> tuple[tuple[sint, sint], ...]:
     pairs = _check_pairs("pad", shape, arg)
-    if any(isinstance(x, int) and x < 0 for pair in pairs for x in pair):
+    if any((value := bound_value(x)) is not None and value < 0 for pair in pairs for x in pair):
         raise ValueError(f"pad: amounts must be non-negative, got {arg!r}")
     return pairs
 
@@ -157,7 +181,8 @@ def check_pad(shape: tuple[sint, ...], arg: object) -> tuple[tuple[sint, sint], 
 def check_shrink(shape: tuple[sint, ...], arg: object) -> tuple[tuple[sint, sint], ...]:
     pairs = _check_pairs("shrink", shape, arg)
     for (start, end), size in zip(pairs, shape, strict=True):
-        if all(isinstance(x, int) for x in (start, end, size)) and not 0 <= start <= end <= size:  # type: ignore[operator]
+        values = [bound_value(x) for x in (start, end, size)]  # bound Variables: their values are used
+        if None not in values and not 0 <= values[0] <= values[1] <= values[2]:  # type: ignore[operator]
             raise ValueError(f"shrink: range ({start}, {end}) invalid for an axis of size {size} "
                              f"(need 0 <= start <= end <= size); shape {shape}, arg {arg!r}")
     return pairs

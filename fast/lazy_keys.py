@@ -41,9 +41,10 @@ def _memo_broadcast(shape: tuple[int, ...]) -> ShapeTracker:
 
 def broadcast_tracker(shape: tuple[sint, ...]) -> ShapeTracker:
     """The view broadcasting a scalar to `shape`."""
-    if integer_shape(shape):
-        return _memo_broadcast(tuple(shape))
-    return ShapeTracker.from_shape((1,) * len(shape)).expand(shape)
+    for size in shape:
+        if type(size) is not int:
+            return ShapeTracker.from_shape((1,) * len(shape)).expand(shape)
+    return _memo_broadcast(tuple(shape))
 
 
 def arg_key(arg: Any) -> Any:

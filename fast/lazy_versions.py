@@ -62,7 +62,9 @@ def read_versions(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[int, ...]:
     """The expected version of every source read, in `_reads` order."""
     if op is LoadOps.ASSIGN:
         srcs = srcs[:1]
-    return tuple([src.alias_version if src._base is not None else expected_version(src) for src in srcs])
+    # (inlined: a base without a Buffer yet is at version 0; ASSIGN and VIEW bases always have one)
+    return tuple([src.alias_version if src._base is not None else 0 if src._buffer is None else expected_version(src)
+                  for src in srcs])
 
 
 def stale_reads(base: LazyBuffer) -> list[tuple[Buffer, int]]:

@@ -19,33 +19,40 @@ import numpy as np
 from fast.dtype import FLOATS, ConstType, DType, dtypes
 
 
-class UnaryOps(Enum):
+class OpEnum(Enum):
+    """Base of the op enums: members hash by identity (C), not by name (Enum's Python `__hash__`),
+    since ops key the dicts of every stage. Members are singletons, so this agrees with equality."""
+
+    __hash__ = object.__hash__
+
+
+class UnaryOps(OpEnum):
     EXP2 = auto(); LOG2 = auto(); CAST = auto(); BITCAST = auto(); SIN = auto(); SQRT = auto(); NEG = auto()  # noqa: E702
 
 
-class BinaryOps(Enum):
+class BinaryOps(OpEnum):
     ADD = auto(); SUB = auto(); MUL = auto(); DIV = auto(); MAX = auto(); MOD = auto(); CMPLT = auto(); CMPEQ = auto(); XOR = auto()  # noqa: E501,E702
 
 
-class TernaryOps(Enum):
+class TernaryOps(OpEnum):
     WHERE = auto(); MULACC = auto()  # noqa: E702
 
 
-class ReduceOps(Enum):
+class ReduceOps(OpEnum):
     SUM = auto(); MAX = auto()  # noqa: E702
 
 
-class LoadOps(Enum):
+class LoadOps(OpEnum):
     EMPTY = auto(); CONST = auto(); COPY = auto(); CONTIGUOUS = auto(); CUSTOM = auto(); ASSIGN = auto(); VIEW = auto()  # noqa: E501,E702
 
 
-class BufferOps(Enum):
+class BufferOps(OpEnum):
     """Leaves and roots of a kernel AST: read a buffer, read a constant, write a buffer."""
 
     LOAD = auto(); CONST = auto(); STORE = auto()  # noqa: E702
 
 
-class KernelOps(Enum):
+class KernelOps(OpEnum):
     """The root of a kernel AST: SINK groups the kernel's STOREs."""
 
     SINK = auto()

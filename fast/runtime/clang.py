@@ -154,7 +154,7 @@ class ClangProgram:
         self.name = name
         self.library = load_library(lib)
         try:
-            self.function = getattr(self.library, name)
+            self.function = self.library[name]  # a function object of its own (getattr shares one per library)
         except AttributeError as error:
             raise RuntimeError(f"CLANG: the library has no kernel named {name!r}") from error
         self.function.restype = None

@@ -47,22 +47,27 @@ class ShapeTracker:
 
     views: tuple[View, ...]
 
+    def __reduce__(self) -> tuple[type[ShapeTracker], tuple[tuple[View, ...]]]:
+        """Pickled by its views (cached hashes and flags are per process)."""
+        return (ShapeTracker, (self.views,))
+
     def __hash__(self) -> int:
-        """Cached: trackers key the lazy graph's weak cache on every node built."""
-        cached: int | None = self.__dict__.get("_hash")
-        if cached is None:
-            cached = hash(self.views)
-            object.__setattr__(self, "_hash", cached)
-        return cached
+        """Cached: trackers key the lazy graph's weak cache on every node built (the fast path is one
+        attribute read; the first call computes it)."""
+        try:
+            return self._hash  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:
+            object.__setattr__(self, "_hash", hash(self.views))
+            return self._hash  # type: ignore[attr-defined,no-any-return]
 
     @property
     def symbolic(self) -> bool:
         """Whether any view holds a symbolic value (shape, stride, offset or mask); cached."""
-        cached: bool | None = self.__dict__.get("_symbolic")
-        if cached is None:
-            cached = any(_symbolic_view(view) for view in self.views)
-            object.__setattr__(self, "_symbolic", cached)
-        return cached
+        try:
+            return self._symbolic  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:
+            object.__setattr__(self, "_symbolic", any(_symbolic_view(view) for view in self.views))
+            return self._symbolic  # type: ignore[attr-defined,no-any-return]
 
     def __post_init__(self) -> None:
         if not isinstance(self.views, tuple) or not self.views or not all(isinstance(v, View) for v in self.views):
@@ -80,11 +85,11 @@ class ShapeTracker:
     @property
     def size(self) -> sint:
         """The number of elements (an int whenever it is constant); cached."""
-        cached: sint | None = self.__dict__.get("_size")
-        if cached is None:
-            cached = sint_prod(self.shape)
-            object.__setattr__(self, "_size", cached)
-        return cached
+        try:
+            return self._size  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:
+            object.__setattr__(self, "_size", sint_prod(self.shape))
+            return self._size  # type: ignore[attr-defined,no-any-return]
 
     @property
     def contiguous(self) -> bool:

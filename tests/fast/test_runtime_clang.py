@@ -259,3 +259,24 @@ def test_constant_vectors_with_zero_high_lanes_are_stored_whole(dtype):
             got = fast.to_numpy(_constant_lanes(dtype, lanes, values))
             want = np.array(values + [0.0] * (lanes - filled), dtype=dtype.np)
             np.testing.assert_array_equal(got, want, err_msg=f"{filled} of {lanes} lanes")
+
+
+def test_programs_sharing_one_binary_keep_their_own_argument_types(cache_dir: Path) -> None:
+    """Sources that differ only in a parameter the body never uses can compile to the same bytes, so
+    two programs share one loaded library; each declares its own argument types (a kernel read
+    through ctypes' shared per-library function object broke on the other's arity)."""
+    body = "{ for (int64_t i = 0; i < 4; i++) data0[i] += 1; }\n"
+    one = "#include <stdint.h>\nvoid bump(int32_t* restrict data0) " + body
+    two = "#include <stdint.h>\nvoid bump(int32_t* restrict data0, int32_t* restrict data1) " + body
+    compiler = ClangCompiler()
+    binaries = compiler.compile(one), compiler.compile(two)
+    if binaries[0] != binaries[1]:
+        pytest.skip("this C compiler's output differs for the two sources, so nothing is shared")
+    first, second = ClangProgram("bump", binaries[0]), ClangProgram("bump", binaries[1])
+    allocator = HostAllocator()
+    memory = [allocator.alloc(16) for _ in range(2)]
+    for _ in range(3):
+        first(memory[0])
+        second(memory[0], memory[1])
+    values = np.frombuffer(allocator.as_memoryview(memory[0]), np.int32)
+    np.testing.assert_array_equal(values, [6, 6, 6, 6])
