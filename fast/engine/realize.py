@@ -36,7 +36,7 @@ from fast import config
 from fast.codegen import format_program, lower
 from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
-from fast.device import Device
+from fast.device import Buffer, Device
 from fast.dtype import DType, dtypes
 from fast.engine import replay
 from fast.engine.programs import ProgramCache
@@ -373,22 +373,27 @@ def _replay(template: replay.Template, signature: replay.Signature) -> int | Non
         run_schedule(replay.instantiate(template, signature))
         return len(template.items)
     buffers = replay.buffers_of(template, signature)
-    devices = [bufs[0].device for bufs in buffers]
-    asts = [ast for ast, _ in template.items]
-    if bits is None:
-        if not template.kernels:  # found once: the key fixes the constants
-            template.kernels.extend(get_kernel(device, ast) for device, ast in zip(devices, asts, strict=True))
-        kernels = template.kernels
-    else:
-        kernels = [kernel_for(device, ast, structure, item_bits, own_values=False) for device, ast, structure, item_bits
-                   in zip(devices, asts, template.structures, bits, strict=True)]
-    for ast, bufs, (kernel, constants) in zip(asts, buffers, kernels, strict=True):
+    kernels = template.kernels if bits is None and template.kernels else _template_kernels(template, buffers, bits)
+    for (ast, _), bufs, (kernel, constants) in zip(template.items, buffers, kernels, strict=True):
         for buffer in bufs[:len(ast.src)]:  # a SINK's sources are its STOREs, one per output
             buffer.allocate(zeroed=False)
         program = kernel.program
         launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
                program.mem_bytes + program.flops)
     return len(template.items)
+
+
+def _template_kernels(template: replay.Template, buffers: list[tuple[Buffer, ...]],
+                      bits: list[tuple[int, ...]] | None) -> list[tuple[CompiledKernel, tuple[int, ...]]]:
+    """The kernel and constant parameters of each replayed item: for the recorded constants (kept in
+    the template: the key fixes them) or for the slot values `bits`."""
+    devices = [bufs[0].device for bufs in buffers]
+    asts = [ast for ast, _ in template.items]
+    if bits is None:
+        template.kernels[:] = [get_kernel(device, ast) for device, ast in zip(devices, asts, strict=True)]
+        return template.kernels
+    return [kernel_for(device, ast, structure, item_bits, own_values=False) for device, ast, structure, item_bits
+            in zip(devices, asts, template.structures, bits, strict=True)]
 
 
 def _schedule_and_run(outs: list[LazyBuffer]) -> list[Step]:

@@ -85,7 +85,8 @@ def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
     op, device = base.op, base.device
     replayable = not device.startswith("DISK") and not base.st.symbolic and (
         not base.srcs[0].device.startswith("DISK") if op is LoadOps.COPY else id(op) in _REPLAYABLE)
-    arg = None if op is LoadOps.CONST else _arg_key(base)  # a constant's value is a slot (`_Walk.entry`)
+    arg = base.arg  # a constant's value is a slot (`_Walk.entry`); floats by their bits
+    arg = None if op is LoadOps.CONST else arg if arg is None or type(arg) is tuple else _arg_key(base)
     entry = ((id(op), base.shape), arg, base.dtype, device) if replayable else ()
     base.engine_memo = entry
     return entry
