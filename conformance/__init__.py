@@ -2,7 +2,8 @@
 
 Modules: `program` (the neutral program form and its runnable snippets), `analysis` and `layout`
 (static facts about each value; the SPEC §5 sharding rules), `strategies` (Hypothesis generators of
-valid and deliberately invalid programs, plus focused ones for mutation tests), `tour` and
+valid and deliberately invalid programs, symbolic ones replayed under several bindings, plus
+focused ones for mutation tests), `tour` and
 `directed` (fixed programs every run starts with: every op over every dtype's edge values, split
 reductions, ring all-reduces, sharding corner cases), `driver` (replay through a package's public
 API), `tolerance` (tolerance graphs built on the expected side), `compare`, `coverage`, `minimize`,

@@ -34,6 +34,7 @@ from conformance.program import (
     Reduce,
     Shard,
     Step,
+    SymShape,
 )
 from conformance.vocab import FLOATS, ITEMSIZE, TRANSCENDENTAL, is_disk, result_dtype
 
@@ -136,6 +137,13 @@ def _copy(step: Copy, src: Info) -> Info:
                    payload=src.payload and not summed)
 
 
+def _ints(shape: SymShape) -> Shape:
+    """A step's shape, which analysis only sees with plain ints (`Program.instantiate`)."""
+    if not all(isinstance(size, int) for size in shape):
+        raise TypeError(f"analysis: shape {shape!r} holds a variable: analyze the instantiated program")
+    return tuple(size for size in shape if isinstance(size, int))
+
+
 def infer(step: Step, infos: list[Info | None]) -> Info | None:
     """The Info of the value `step` produces (None for Realize/Fetch)."""
     def src(i: int) -> Info:
@@ -145,14 +153,14 @@ def infer(step: Step, infos: list[Info | None]) -> Info | None:
     if isinstance(step, Leaf):
         return Info(step.data.shape, step.data.dtype, device=step.device)
     if isinstance(step, LoadConst):
-        return Info(step.shape, step.dtype, device=step.device, const="const")
+        return Info(_ints(step.shape), step.dtype, device=step.device, const="const")
     if isinstance(step, LoadEmpty):
-        return Info(step.shape, step.dtype, device=step.device, defined=False)
+        return Info(_ints(step.shape), step.dtype, device=step.device, defined=False)
     if isinstance(step, Custom):
-        return Info(step.shape, step.dtype, device=step.device, payload=False)
+        return Info(_ints(step.shape), step.dtype, device=step.device, payload=False)
     if isinstance(step, ConstLike):
         base = src(step.src)
-        shape = base.shape if step.shape is None else step.shape
+        shape = base.shape if step.shape is None else _ints(step.shape)
         return Info(shape, base.dtype, device=base.device, layout=base.layout, const="const")
     if isinstance(step, Elementwise):
         return _elementwise(step, [src(i) for i in step.srcs])
@@ -177,8 +185,10 @@ def infer(step: Step, infos: list[Info | None]) -> Info | None:
     return None
 
 
-def analyze(program: Program) -> list[Info | None]:
-    """Infos of every step; the last step of a program that expects an error gets None."""
+def analyze(program: Program, run: int = 0) -> list[Info | None]:
+    """Infos of every step (a symbolic program's at binding `run`); the last step of a program that
+    expects an error gets None."""
+    program = program.instantiate(run)
     infos: list[Info | None] = []
     for index, step in enumerate(program.steps):
         if program.expect is not None and index == len(program.steps) - 1:

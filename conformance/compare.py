@@ -7,6 +7,8 @@ Per element of a fetched array, with tolerance t from the expected side (0 when 
 - t NaN or inf: unspecified, skipped.
 Also compared: error type (and the step raising it), every step's shape and dtype, fetched dtypes
 and shapes. Each mismatch carries a `signature` so one bug reported many times is counted once.
+A symbolic program is compared once per binding, and its later bindings must build no kernel
+(`compare_reuse`): fast compiles code for symbolic shapes once and serves every binding with it.
 """
 from __future__ import annotations
 
@@ -119,3 +121,18 @@ def compare(program: Program, expected: Outcome, actual: Outcome) -> list[Mismat
         if mismatch is not None:
             out.append(mismatch)
     return out
+
+
+def binding_text(program: Program, run: int) -> str:
+    """`n=3, m=5`: the values of binding `run`."""
+    return ", ".join(f"{var.name}={value}" for var, value in program.values(run).items())
+
+
+def compare_reuse(program: Program, run: int, first: Outcome, actual: Outcome) -> Mismatch | None:
+    """A mismatch when the candidate built kernels (compiled, or loaded from its disk cache) while
+    replaying binding `run` > 0 of a symbolic program whose first binding ran without an error."""
+    if run == 0 or first.error is not None or not actual.kernels_built:
+        return None
+    return Mismatch("reuse:kernels-built-after-first-binding",
+                    f"{actual.kernels_built} kernel(s) built after binding {binding_text(program, 0)} ran the same "
+                    f"program; the kernels of a symbolic program must serve every binding")

@@ -2,13 +2,15 @@
 
 Keys are strings grouped by prefix: `op:ADD`, `dtype:float16`, `move:pad`, `feature:ring`, ...
 `REQUIRED` lists every key the CI profile must reach; `missing(counts)` names the ones it did not.
-Only steps that ran on both sides count (`program_keys(program, upto)`).
+Only steps that ran on both sides count (`program_keys(program, upto)`). A symbolic program counts
+once (its first binding's values), plus `feature:symbolic*` keys.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import fields
 
 from conformance.analysis import Info, analyze
 from conformance.program import (
@@ -29,6 +31,7 @@ from conformance.program import (
     Reduce,
     Shard,
     Step,
+    has_vars,
 )
 from conformance.vocab import BINARY, DTYPES, FLOATS, MOVEMENT, REDUCE, TERNARY, UNARY, int_range
 
@@ -44,7 +47,7 @@ FEATURES = (
     "identity-fold", "empty-reduce", "zero-size", "scalar-0d", "stride-flip", "stride-k", "view-merge-blocked",
     "transcendental", "nan-data", "inf-data", "neg-zero-data", "int-edge-data", "zero-divisor",
     "custom", "empty-loadop", "invalid-ValueError", "invalid-TypeError", "invalid-RuntimeError", "bitcast",
-    "big-reduce-output", "row-broadcast",
+    "big-reduce-output", "row-broadcast", "symbolic", "symbolic-shape", "symbolic-reduce",
 )
 REQUIRED = tuple([f"op:{o}" for o in (*UNARY, "CAST", "BITCAST", *BINARY, *TERNARY)] +
                  [f"reduce:{o}" for o in REDUCE] + [f"dtype:{d}" for d in DTYPES] +
@@ -201,18 +204,35 @@ def _assign_reads(program: Program, upto: int) -> set[str]:
     return out
 
 
+def _symbolic_keys(program: Program, upto: int) -> set[str]:
+    """`symbolic` for a program with variables; `symbolic-shape` when a step's shape or argument holds
+    one; `symbolic-reduce` when a reduced axis has another size in the last binding than in the first."""
+    if not program.variables:
+        return set()
+    out = {"feature:symbolic"}
+    first, last = analyze(program, 0), analyze(program, program.runs - 1)
+    for step in program.steps[:upto]:
+        if any(has_vars(getattr(step, f.name)) for f in fields(step)):  # type: ignore[arg-type]
+            out.add("feature:symbolic-shape")
+        if isinstance(step, Reduce) and (a := first[step.src]) is not None and (b := last[step.src]) is not None \
+                and any(a.shape[axis] != b.shape[axis] for axis in step.axes):
+            out.add("feature:symbolic-reduce")
+    return out
+
+
 def program_keys(program: Program, upto: int | None = None) -> Counter[str]:
     """Coverage keys of a program whose first `upto` steps ran (default: all).
 
     The invalid last step of a program that expects an error counts only as `invalid-<Error>`.
     """
-    infos = analyze(program)
+    concrete, infos = program.instantiate(), analyze(program)
     upto = len(program.steps) if upto is None else upto
     valid = min(upto, len(program.steps) - 1) if program.expect is not None else upto
     keys: Counter[str] = Counter()
-    for index, step in enumerate(program.steps[:valid]):
-        keys.update(step_keys(step, index, program, infos))
+    for index, step in enumerate(concrete.steps[:valid]):
+        keys.update(step_keys(step, index, concrete, infos))
     keys.update(_assign_reads(program, upto))
+    keys.update(_symbolic_keys(program, valid))
     if program.expect is not None and upto == len(program.steps):
         keys[f"feature:invalid-{program.expect}"] += 1
     return keys

@@ -5,8 +5,9 @@ Split reductions (>= 32768 inputs per output) in several dtypes, ring all-reduce
 threshold and forced with RING=2, uneven sharding on 3 and 4 devices, mixed sharded axes, shrink
 to one shard and pad back, a masked constant behind a reshape and expand, the stale read after an
 assign, row kernels (softmax, layernorm, several outputs), output widths the vector lanes do not
-divide (vector tails: a scalar loop finishes the row; on every device kind), and (when DISK is
-enabled) copies through DISK views.
+divide (vector tails: a scalar loop finishes the row; on every device kind), symbolic shapes (bound
+Variables, each program replayed under three bindings, edges included; on every device kind), and
+(when DISK is enabled) copies through DISK views.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from conformance.program import (
     Assign,
     Contiguous,
     Copy,
+    Custom,
     Elementwise,
     Fetch,
     Leaf,
@@ -26,6 +28,7 @@ from conformance.program import (
     Reduce,
     Shard,
     Step,
+    Var,
 )
 from conformance.tour import tour_programs
 
@@ -154,6 +157,40 @@ def output_tails(cfg: GenConfig) -> list[Program]:
     return out
 
 
+def symbolic(cfg: GenConfig) -> list[Program]:
+    """On every device kind, each under three bindings: a softmax over `n` of 8 rows (a row kernel);
+    a window `(n, 8)` whose offset moves, summed and maxed over to nothing at n = 8 (the empty axis);
+    `(n, 6)` reshaped to `(2, n, 3)` and `(6, n)` with n possibly 0, permuted, flipped and reduced;
+    a CUSTOM flip of an `(3, m)` window padded by `m`; a CONST of shape `(n, m)` over two variables."""
+    out = []
+    n, m, z = Var("n", 1, 8), Var("m", 1, 4), Var("n", 0, 6)
+    for dev in cfg.kinds:
+        softmax: list[Step] = [_random("float32", (8, 37), 51, dev), Movement(0, "shrink", ((0, n), (0, 37))),
+                               Reduce(1, "MAX", (1,)), Movement(2, "expand", (n, 37)), Elementwise("SUB", (1, 3)),
+                               Elementwise("EXP2", (4,)), Reduce(5, "SUM", (1,)), Movement(6, "expand", (n, 37)),
+                               Elementwise("DIV", (5, 7)), Fetch(8)]
+        edge: list[Step] = [_iota("int32", (8, 5), dev), Movement(0, "shrink", ((n, 8), (0, 5))),
+                            Reduce(1, "MAX", (0,)), Reduce(1, "SUM", (0,)), Elementwise("ADD", (2, 3)), Fetch(4),
+                            Fetch(1)]
+        views: list[Step] = [_iota("float16", (6, 6), dev), Movement(0, "shrink", ((0, z), (0, 6))),
+                             Elementwise("MUL", (1, 1)), Movement(2, "reshape", (2, z, 3)),
+                             Movement(3, "permute", (1, 0, 2)), Contiguous(4), Reduce(5, "SUM", (0,)), Fetch(6),
+                             Movement(2, "reshape", (6, z)), Movement(8, "stride", (-1, 1)), Fetch(9),
+                             Reduce(9, "MAX", (1,)), Fetch(11)]
+        custom: list[Step] = [_iota("int16", (3, 5), dev), Movement(0, "shrink", ((0, 3), (0, m))),
+                              Custom("flip", (1,), (3, m), "int16", dev), Movement(2, "pad", ((0, 0), (m, 0))),
+                              Elementwise("ADD", (3, 3)), Fetch(4)]
+        two: list[Step] = [LoadConst((n, m), "float32", dev, 1.5), _iota("float32", (8, 4), dev),
+                           Movement(1, "shrink", ((0, n), (0, m))), Elementwise("MUL", (0, 2)),
+                           Reduce(3, "SUM", (0, 1)), Fetch(4), Fetch(3)]
+        out += [Program(tuple(softmax), variables=(n,), bindings=((5,), (1,), (8,))),
+                Program(tuple(edge), variables=(n,), bindings=((3,), (8,), (1,))),
+                Program(tuple(views), variables=(z,), bindings=((4,), (0,), (6,))),
+                Program(tuple(custom), variables=(m,), bindings=((2,), (4,), (1,))),
+                Program(tuple(two), variables=(n, m), bindings=((3, 2), (8, 1), (1, 4)))]
+    return out
+
+
 def disk(cfg: GenConfig) -> list[Program]:
     if cfg.disk_dir is None:
         return []
@@ -169,4 +206,4 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
-            *row_kernels(dev), *output_tails(cfg), *disk(cfg)]
+            *row_kernels(dev), *output_tails(cfg), *symbolic(cfg), *disk(cfg)]

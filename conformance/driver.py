@@ -1,10 +1,15 @@
 """Replays a Program through a package's public API and records what happened.
 
-`replay(pkg, program, tolerances=...)` runs the steps in order. It records, for every value step,
-the value's shape and dtype name; for every `Fetch`, the array `to_numpy` returned (and, on the
+`replay(pkg, program, tolerances=..., run=...)` runs the steps in order. It records, for every value
+step, the value's shape and dtype name; for every `Fetch`, the array `to_numpy` returned (and, on the
 expected side, the tolerance array of the same shape); and the first exception raised (its type
 name, message and step index), after which it stops. A driver never lets an exception escape:
 whatever the package does is an outcome to compare.
+
+A symbolic program is replayed for one binding (`run`): each `Var` becomes the package's
+`Variable(name, low, high).bind(value)`, and recorded shapes hold each size's value (`fast` keeps
+symbolic sizes in `.shape`). For a package with a compile counter (`fast.runtime.base.COMPILE_COUNTER`)
+the outcome also counts the kernels compiled or loaded from the disk cache during the replay.
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ from conformance.program import (
     Reduce,
     Shard,
     Step,
+    Var,
+    bind_step,
     custom_function,
     produces_value,
 )
@@ -66,12 +73,15 @@ class Outcome:
     fetched: list[Fetched] = field(default_factory=list)
     error: Raised | None = None
     tolerance_failures: int = 0  # tolerance graphs the expected side could not build (elements skipped)
+    kernels_built: int | None = None  # kernels compiled or loaded during the replay (None: not counted)
 
 
 class _Replay:
-    def __init__(self, pkg: ModuleType, program: Program, tolerances: bool) -> None:
+    def __init__(self, pkg: ModuleType, program: Program, tolerances: bool, run: int = 0) -> None:
         self.pkg, self.program = pkg, program
-        self.infos: list[Info | None] = analyze(program)
+        self.infos: list[Info | None] = analyze(program, run)
+        self.bound: dict[Var, Any] = {var: pkg.Variable(var.name, var.low, var.high).bind(value)
+                                      for var, value in program.values(run).items()}
         self.values: dict[int, Any] = {}
         self.tols: dict[int, Any] = {}
         self.builder = ToleranceBuilder(pkg) if tolerances else None
@@ -126,7 +136,7 @@ class _Replay:
             tolerance: np.ndarray | None = np.full(array.shape, np.nan)
         else:
             tolerance = None if tol is None else np.asarray(self.pkg.to_numpy(tol), dtype=np.float64)
-        self.outcome.fetched.append(Fetched(index, step.item, value.dtype.name, tuple(value.shape), array, tolerance))
+        self.outcome.fetched.append(Fetched(index, step.item, value.dtype.name, _sizes(value.shape), array, tolerance))
 
     def build_tolerance(self, index: int, step: Step, value: Any) -> None:
         info = self.infos[index]
@@ -144,13 +154,14 @@ class _Replay:
 
     def run(self) -> Outcome:
         for index, step in enumerate(self.program.steps):
+            step = bind_step(step, self.bound.__getitem__) if self.bound else step
             try:
                 if isinstance(step, Fetch):
                     self.fetch(index, step)
                     continue
                 value = self.apply(step)
                 if produces_value(step):
-                    self.outcome.shapes[index] = (tuple(value.shape), value.dtype.name, _device(value.device))
+                    self.outcome.shapes[index] = (_sizes(value.shape), value.dtype.name, _device(value.device))
             except Exception as error:  # noqa: BLE001 - every error is an outcome
                 self.outcome.error = Raised(index, type(error).__name__, str(error)[:300])
                 break
@@ -161,6 +172,23 @@ class _Replay:
 
 
 _UNBUILT = object()
+
+
+def _sizes(shape: Any) -> tuple[int, ...]:
+    """A shape as ints: a symbolic size (fast keeps bound Variables and expressions of them) at its value."""
+    return tuple(int(size.evaluate({})) if hasattr(size, "evaluate") else int(getattr(size, "val", size))
+                 for size in shape)
+
+
+def _kernels_built(pkg: ModuleType) -> int | None:
+    """Kernels the package has compiled or loaded from its disk cache so far (fast's compile counter:
+    compiler runs plus cache hits), or None for a package without one (reference)."""
+    try:
+        counter = importlib.import_module(pkg.__name__ + ".runtime.base").COMPILE_COUNTER
+    except (ImportError, AttributeError):
+        return None
+    compiles, _, hits = counter.snapshot()
+    return int(compiles + hits)
 
 
 def _device(device: str | tuple[str, ...]) -> str | tuple[str, ...]:
@@ -183,7 +211,13 @@ def _ring(pkg: ModuleType, ring: int | None) -> Iterator[None]:
         yield
 
 
-def replay(pkg: ModuleType, program: Program, tolerances: bool = False) -> Outcome:
-    """Run `program` on `pkg`; with `tolerances`, also fetch each fetched value's tolerance array."""
+def replay(pkg: ModuleType, program: Program, tolerances: bool = False, run: int = 0) -> Outcome:
+    """Run `program` on `pkg` (a symbolic one with binding `run`); with `tolerances`, also fetch each
+    fetched value's tolerance array."""
+    before = _kernels_built(pkg)
     with _ring(pkg, program.ring):
-        return _Replay(pkg, program, tolerances).run()
+        outcome = _Replay(pkg, program, tolerances, run).run()
+    after = _kernels_built(pkg)
+    if before is not None and after is not None:
+        outcome.kernels_built = after - before
+    return outcome

@@ -174,3 +174,37 @@ def fold_masked_const(fast: ModuleType) -> Undo:
     lazy = _module(fast, "lazy")
     return _fresh_kernels(fast, set_attribute(lazy.LazyBuffer, "is_unrealized_unmasked_const",
                                               lambda self: self.is_unrealized_const()))
+
+
+def variables_at_max(fast: ModuleType) -> Undo:
+    """Kernels run every symbolic size at its variable's maximum instead of its bound value."""
+    builder = _module(fast, "engine.schedule").KernelBuilder
+    original = builder.__dict__["_unbind"]
+
+    def _unbind(self: Any, st: Any) -> Any:
+        unbound = original(self, st)
+        self.var_vals.update({var: var.max for var in self.var_vals})
+        return unbound
+    return _fresh_kernels(fast, set_attribute(builder, "_unbind", _unbind))
+
+
+def bake_bound_variables(fast: ModuleType) -> Undo:
+    """The scheduler leaves bound values in kernel ASTs instead of unbinding them: right values, but a
+    kernel compiled per binding (only the symbolic programs' reuse check sees it)."""
+    schedule, symbolic = _module(fast, "engine.schedule"), _module(fast, "shape.symbolic")
+    view_class, tracker = _module(fast, "shape.view").View, _module(fast, "shape.shapetracker").ShapeTracker
+
+    def baked(view: Any, values: dict[Any, Any]) -> Any:
+        def put(x: Any) -> Any:
+            return symbolic.as_sint(x.substitute(values)) if isinstance(x, symbolic.Node) else x
+        mask = None if view.mask is None else tuple((put(start), put(end)) for start, end in view.mask)
+        return view_class.create(tuple(map(put, view.shape)), tuple(map(put, view.strides)), put(view.offset), mask)
+
+    original = schedule.KernelBuilder.__dict__["_unbind"]
+
+    def _unbind(self: Any, st: Any) -> Any:
+        original(self, st)  # still records the values (a schedule with variables is never replayed)
+        simple = st.simplify()
+        values = {var: symbolic.NumNode(value) for var, value in simple.var_vals.items()}
+        return tracker(tuple(baked(view, values) for view in simple.views))
+    return _fresh_kernels(fast, set_attribute(schedule.KernelBuilder, "_unbind", _unbind))

@@ -145,3 +145,10 @@ def fold_masked_const(pkg: ModuleType) -> Undo:
             return lb_class.loadop(pkg.LoadOps.CONST, out.shape, self.dtype, self.device, arg=self.arg)
         return out
     return set_attribute(lb_class, "pad", pad)
+
+
+def variables_at_max(pkg: ModuleType) -> Undo:
+    """A bound Variable's value reads as its maximum (in every shape and argument)."""
+    variable = _sub(pkg, "shape").Variable
+    original = variable.__dict__["val"]
+    return set_attribute(variable, "val", property(lambda self: (original.fget(self), self.max)[1]))

@@ -7,7 +7,8 @@ outcome differs from reference *and* agrees again once the patch is undone (so a
 candidate is never credited to the mutant). Patches of `fast` name its actual internals (renderer
 helpers, the scalar evaluator's rule tables, `View.pad`, `ring_chunks` wherever it is bound,
 `from_sharded`,
-`LazyBuffer.is_unrealized_unmasked_const`); reference patches plant the same observable bug.
+`LazyBuffer.is_unrealized_unmasked_const`, the scheduler's `KernelBuilder._unbind`); reference patches
+plant the same observable bug.
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ MUTANTS: tuple[Mutant, ...] = (
            mutants_reference.uneven_shard_floor),
     Mutant("constant fold of a masked constant", "masked-const", mutants_fast.fold_masked_const,
            mutants_reference.fold_masked_const),
+    Mutant("bound variables read at their maximum", "symbolic", mutants_fast.variables_at_max,
+           mutants_reference.variables_at_max),
 )
 
 

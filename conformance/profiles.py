@@ -21,6 +21,7 @@ class GenConfig:
     p_big: float = 0.02
     p_ring_big: float = 0.002
     p_ring2: float = 0.25
+    p_symbolic: float = 0.06
     disk_dir: str | None = None
 
     def single_devices(self) -> tuple[str, ...]:

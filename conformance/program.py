@@ -6,12 +6,18 @@ steps that produce values are exactly those listed in `VALUE_STEPS`; `Realize` a
 nothing (a `Fetch` records `to_numpy` of its operand). `expect` names the error type the last step
 must raise (an invalid program on purpose), or is None. `ring` asks the `fast` driver to run under
 `config.override(ring=...)` (reference ignores it). `render` gives a runnable snippet.
+
+Symbolic programs: a shape or movement argument may hold a `Var` where an int goes. Such a program
+declares its `variables` and two or more `bindings` (one value per variable, inside its range); it
+is replayed once per binding, each `Var` replaced by the package's `Variable(...).bind(value)`
+(`bind_step`). `instantiate(run)` is the same program with plain ints, for everything that only
+needs the values (analysis, tolerances, coverage).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -77,6 +83,36 @@ class ArrayData:
         return eval(self.render(), {"np": np, "nan": math.nan, "inf": math.inf})  # noqa: S307
 
 
+@dataclass(frozen=True)
+class Var:
+    """A variable of a symbolic program, `Variable(name, low, high)` bound per run. It stands for an
+    int in shapes and movement arguments and renders as its name, a Python name the snippet binds."""
+
+    name: str
+    low: int
+    high: int
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+SymShape = tuple[int | Var, ...]  # a step's shape: ints, and Vars in a symbolic program
+
+
+def map_vars(value: Any, fn: Callable[[Var], Any]) -> Any:
+    """`value` (an int, a Var or nested tuples of them; anything else is kept) with each Var replaced by fn(var)."""
+    if isinstance(value, Var):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(map_vars(item, fn) for item in value)
+    return value
+
+
+def has_vars(value: Any) -> bool:
+    """Whether `value` (or a tuple nested in it) holds a Var."""
+    return isinstance(value, Var) or (isinstance(value, tuple) and any(has_vars(item) for item in value))
+
+
 class Step:
     """Base of all steps. `refs()` lists the earlier steps this one reads."""
 
@@ -90,6 +126,13 @@ class Step:
 
     def render(self, name: Callable[[int], str]) -> str:  # pragma: no cover - every step overrides
         raise NotImplementedError
+
+
+def bind_step(step: Step, fn: Callable[[Var], Any]) -> Step:
+    """`step` with every Var in its non-reference fields replaced by fn(var); the step itself if it has none."""
+    changes = {f.name: map_vars(getattr(step, f.name), fn) for f in fields(step)  # type: ignore[arg-type]
+               if not f.metadata.get("ref") and has_vars(getattr(step, f.name))}
+    return replace(step, **changes) if changes else step  # type: ignore[type-var]
 
 
 def ref() -> Any:
@@ -108,7 +151,7 @@ class Leaf(Step):
 
 @dataclass(frozen=True)
 class LoadConst(Step):
-    shape: Shape
+    shape: SymShape
     dtype: str
     device: str
     value: Scalar
@@ -120,7 +163,7 @@ class LoadConst(Step):
 
 @dataclass(frozen=True)
 class LoadEmpty(Step):
-    shape: Shape
+    shape: SymShape
     dtype: str
     device: str
 
@@ -132,7 +175,7 @@ class LoadEmpty(Step):
 class Custom(Step):
     fn: str
     srcs: tuple[int, ...] = ref()
-    shape: Shape = ()
+    shape: SymShape = ()
     dtype: str = "float32"
     device: str = "CLANG"
 
@@ -148,7 +191,7 @@ class ConstLike(Step):
 
     src: int = ref()
     value: Scalar = 0
-    shape: Shape | None = None
+    shape: SymShape | None = None
 
     def render(self, name: Callable[[int], str]) -> str:
         shape = "" if self.shape is None else f", {self.shape!r}"
@@ -262,42 +305,92 @@ def produces_value(step: Step) -> bool:
 
 @dataclass(frozen=True)
 class Program:
+    """Steps, plus: `expect` (the error type of the last step, or None), `ring` (fast's RING setting)
+    and, for a symbolic program, `variables` and `bindings` (per run, one value per variable, each
+    inside its variable's range; at least two runs). Without variables, `bindings` is empty."""
+
     steps: tuple[Step, ...]
     expect: str | None = None
     ring: int | None = None
+    variables: tuple[Var, ...] = ()
+    bindings: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def runs(self) -> int:
+        """How many times the program is replayed: once per binding (once when it has no variables)."""
+        return len(self.bindings) if self.variables else 1
+
+    def values(self, run: int = 0) -> dict[Var, int]:
+        """Each variable's value in binding `run` (empty without variables)."""
+        return dict(zip(self.variables, self.bindings[run], strict=True)) if self.variables else {}
+
+    def instantiate(self, run: int = 0) -> Program:
+        """The program of binding `run` with plain ints in place of its Vars (itself without variables)."""
+        if not self.variables:
+            return self
+        values = self.values(run)
+        return Program(tuple(bind_step(step, values.__getitem__) for step in self.steps), self.expect, self.ring)
 
     def render(self, candidate: str = "fast", expected: str = "reference") -> str:
-        """A runnable snippet: the program as `program(T)`, run on both packages, results printed."""
+        """A runnable snippet: the program as `program(T)` (`program(T, binding)` when symbolic), run on
+        both packages (once per binding), results printed."""
         lines = ["import importlib", "import numpy as np", "from numpy import nan, inf",
-                 f"import {expected}, {candidate}", "", "def program(T):", "    out = []"]
+                 f"import {expected}, {candidate}", ""]
+        if self.variables:
+            bindings = tuple({v.name: x for v, x in self.values(run).items()} for run in range(self.runs))
+            lines += [f"BINDINGS = {bindings!r}  # the program runs once per binding", ""]
+        param, arg = (", binding=BINDINGS[0]", ", binding") if self.variables else ("", "")
+        lines += [f"def program(T{param}):", *self._variable_lines(), "    out = []"]
         for index, step in enumerate(self.steps):
             text = step.render(lambda i: f"v{i}")
             lines.append(f"    v{index} = {text}" if produces_value(step) else f"    {text}")
-        lines += ["    return out", "", "def attempt(T):", "    try:", "        return program(T)",
-                  "    except Exception as error:", "        return f'{type(error).__name__}: {error}'", "",
-                  f"print('{expected}:', attempt({expected}))"]
-        if self.ring is not None:  # the candidate's config (fast.config) forces the ring all-reduce
-            lines += ["import contextlib, importlib.util",
-                      f"config = importlib.import_module('{candidate}.config') "
-                      f"if importlib.util.find_spec('{candidate}.config') else None",
-                      f"with config.override(ring={self.ring}) if config else contextlib.nullcontext():",
-                      f"    print('{candidate}:', attempt({candidate}))"]
-        else:
-            lines.append(f"print('{candidate}:', attempt({candidate}))")
+        lines += ["    return out", "", f"def attempt(T{param}):", "    try:", f"        return program(T{arg})",
+                  "    except Exception as error:", "        return f'{type(error).__name__}: {error}'", ""]
+        lines += self._runs(candidate, expected)
         if self.expect:
             lines.append(f"# expected: the last step raises {self.expect}")
         if candidate == "fast":
             lines += self._debug_tail()
         return "\n".join(lines)
 
+    def _variable_lines(self) -> list[str]:
+        """Lines binding each variable's name to the package's Variable, bound to this run's value."""
+        return [f"    {v.name} = T.Variable({v.name!r}, {v.low}, {v.high}).bind(binding[{v.name!r}])"
+                for v in self.variables]
+
+    def _runs(self, candidate: str, expected: str) -> list[str]:
+        """Lines running the program on both packages; a symbolic one once per binding, printing how
+        many kernels the candidate built in each (none may be built after the first binding)."""
+        call = "attempt({}, binding)" if self.variables else "attempt({})"
+        first = f"print('{expected}:', {call.format(expected)})"
+        second = [f"print('{candidate}:', {call.format(candidate)})"]
+        lines: list[str] = []
+        if self.ring is not None:  # the candidate's config (fast.config) forces the ring all-reduce
+            lines += ["import contextlib, importlib.util",
+                      f"config = importlib.import_module('{candidate}.config') "
+                      f"if importlib.util.find_spec('{candidate}.config') else None"]
+            second = [f"with config.override(ring={self.ring}) if config else contextlib.nullcontext():",
+                      f"    {second[0]}"]
+        if not self.variables:
+            return [*lines, first, *second]
+        lines += ["def built(T):", "    try:  # kernels compiled or loaded from the disk cache so far (fast)",
+                  "        compiles, _, hits = importlib.import_module(T.__name__ + '.runtime.base')"
+                  ".COMPILE_COUNTER.snapshot()", "    except (ImportError, AttributeError):", "        return None",
+                  "    return compiles + hits", "", "for binding in BINDINGS:", f"    {first}",
+                  f"    before = built({candidate})", *(f"    {line}" for line in second), "    if before is not None:",
+                  f"        print('  kernels built:', built({candidate}) - before)"]
+        return lines
+
     def _debug_tail(self) -> list[str]:
         """Snippet lines ending in the program's buffers (left lazy), for `python -m fast.debug`: the
-        fetched values (else the last value) of the steps that do not raise."""
+        fetched values (else the last value) of the steps that do not raise (a symbolic program's at
+        its first binding)."""
         steps = self.steps[:-1] if self.expect else self.steps
+        param = ", binding=BINDINGS[0]" if self.variables else ""
         lines = ["", "# The program's buffers, left lazy: `python -m fast.debug` runs this file under",
                  "# fast.debug.trace() and compares the graph of its last expression with reference node by",
                  "# node: the first node that differs, its inputs and the kernel it is fused into",
-                 "# (docs/debugging.md).", "def graph(T):"]
+                 "# (docs/debugging.md).", f"def graph(T{param}):", *self._variable_lines()]
         for index, step in enumerate(steps):
             if not isinstance(step, Fetch):
                 text = step.render(lambda i: f"v{i}")

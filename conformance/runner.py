@@ -30,9 +30,9 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from conformance import coverage
-from conformance.compare import Mismatch, compare
+from conformance.compare import Mismatch, binding_text, compare, compare_reuse
 from conformance.directed import directed_programs
-from conformance.driver import replay
+from conformance.driver import Outcome, replay
 from conformance.minimize import minimize
 from conformance.profiles import GenConfig
 from conformance.program import Program
@@ -75,12 +75,25 @@ class Checked:
 
 
 def check(program: Program, expected: ModuleType, candidate: ModuleType) -> Checked:
-    """Replay on both packages and compare; a crash of the suite itself is a mismatch too."""
+    """Replay on both packages and compare (a symbolic program once per binding, checking that the
+    candidate's later bindings build no kernel); a crash of the suite itself is a mismatch too.
+    `steps_run` counts the first binding's steps."""
     try:
-        want = replay(expected, program, tolerances=True)
-        got = replay(candidate, program)
-        ran = len(program.steps) if want.error is None else want.error.step + 1
-        return Checked(compare(program, want, got), ran, want.tolerance_failures)
+        mismatches: list[Mismatch] = []
+        first: Outcome | None = None
+        for run in range(program.runs):
+            want = replay(expected, program, tolerances=True, run=run)
+            got = replay(candidate, program, run=run)
+            first = first or got
+            found = compare(program.instantiate(run), want, got)
+            found += [m for m in (compare_reuse(program, run, first, got),) if m is not None]
+            if program.variables:
+                found = [Mismatch(m.signature, f"binding {binding_text(program, run)}: {m.detail}") for m in found]
+            mismatches += found
+            if run == 0:
+                ran = len(program.steps) if want.error is None else want.error.step + 1
+                tolerance_failures = want.tolerance_failures
+        return Checked(mismatches, ran, tolerance_failures)
     except Exception as error:  # noqa: BLE001 - a bug in the suite must be reported, not crash the run
         return Checked([Mismatch(f"suite:{type(error).__name__}", traceback.format_exc())], 0, 0)
 

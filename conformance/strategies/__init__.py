@@ -1,10 +1,11 @@
 """Hypothesis strategies for random valid programs and deliberately invalid ones.
 
-`programs(cfg)` draws: one or two leaves; for about `cfg.p_multi` of programs a shard and the
-sharding actions; rarely a large (split) reduction or a ring all-reduce; then up to `cfg.max_ops`
-weighted actions; fetches of the newest values; and for about `cfg.p_invalid` of programs one
-invalid last step with its expected error type. Actions earlier in a list are simpler (Hypothesis
-shrinks toward them).
+`programs(cfg)` draws: for about `cfg.p_symbolic` of programs a symbolic program (symbolic.py:
+shapes holding bound Variables, replayed under several bindings); otherwise one or two leaves; for
+about `cfg.p_multi` of programs a shard and the sharding actions; rarely a large (split) reduction
+or a ring all-reduce; then up to `cfg.max_ops` weighted actions; fetches of the newest values; and
+for about `cfg.p_invalid` of programs one invalid last step with its expected error type. Actions
+earlier in a list are simpler (Hypothesis shrinks toward them).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from conformance.strategies import actions as a
 from conformance.strategies import disk as d
 from conformance.strategies import sharding as s
 from conformance.strategies import special as sp
+from conformance.strategies import symbolic
 from conformance.strategies.builder import Builder
 from conformance.strategies.invalid import add_invalid
 from conformance.vocab import DTYPES
@@ -59,6 +61,8 @@ def run_actions(b: Builder, table: tuple[tuple[Action, int], ...], count: int) -
 @st.composite
 def programs(draw: st.DrawFn, cfg: GenConfig = GenConfig()) -> Program:  # noqa: B008 - frozen default
     b = Builder(draw, cfg)
+    if b.chance(cfg.p_symbolic):
+        return symbolic.build(b)
     multi = b.chance(cfg.p_multi)
     if multi:
         b.leaf(b.choose(DTYPES), b.shape(min_rank=1, allow_zero=False), b.device())

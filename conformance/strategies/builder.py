@@ -3,7 +3,8 @@
 Invariants: every step added is valid for its Info (checked by `analysis.infer`, which raises on a
 misuse of sharding rules, so actions test candidates with `try_add`); the pool holds only defined
 values (no EMPTY before its assign, nothing retired). All randomness goes through `draw`, so
-Hypothesis can replay and shrink a program.
+Hypothesis can replay and shrink a program. A symbolic program (strategies/symbolic.py) sets
+`variables` and `bindings` first; Infos are then those of the first binding.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from conformance.program import (
     Shape,
     Shard,
     Step,
+    Var,
+    bind_step,
 )
 from conformance.strategies.data import array_data, const_values, random_data, scalars, shapes
 from conformance.vocab import canonical_device
@@ -52,6 +55,8 @@ class Builder:
         self.ring: int | None = None
         self.disk_tag: int | None = None
         self.disk_files = 0
+        self.variables: tuple[Var, ...] = ()
+        self.bindings: tuple[tuple[int, ...], ...] = ()
 
     # ------------------------------------------------------------ drawing helpers
     def uniform(self) -> float:
@@ -81,8 +86,15 @@ class Builder:
         assert info is not None
         return info
 
+    def concrete(self, step: Step) -> Step:
+        """`step` with the first binding's values in place of its Vars (what analysis reads)."""
+        if not self.variables:
+            return step
+        values = dict(zip(self.variables, self.bindings[0], strict=True))
+        return bind_step(step, values.__getitem__)
+
     def add(self, step: Step, pooled: bool = True) -> int:
-        info = infer(step, self.infos)
+        info = infer(self.concrete(step), self.infos)
         self.steps.append(step)
         self.infos.append(info)
         index = len(self.steps) - 1
@@ -93,7 +105,7 @@ class Builder:
     def try_add(self, step: Step, pooled: bool = True) -> int | None:
         """Add `step` if the sharding rules accept it; None (nothing added) otherwise."""
         try:
-            infer(step, self.infos)
+            infer(self.concrete(step), self.infos)
         except ValueError:
             return None
         return self.add(step, pooled)
@@ -205,7 +217,8 @@ class Builder:
 
     # ------------------------------------------------------------ finishing
     def finish(self, expect: str | None = None) -> Program:
-        return Program(tuple(self.steps), expect=expect, ring=self.ring)
+        return Program(tuple(self.steps), expect=expect, ring=self.ring, variables=self.variables,
+                       bindings=self.bindings)
 
     def fetch_some(self) -> None:
         """Fetch the newest value and one or two others."""

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conformance.profiles import GenConfig
 from conformance.program import ConstLike, Elementwise, Fetch, LoadConst, Movement, Program, Reduce, Shard
-from conformance.strategies import sharding
+from conformance.strategies import sharding, symbolic
 from conformance.strategies.builder import Builder
 from conformance.vocab import FLOATS, SIGNED
 
@@ -100,9 +100,14 @@ def masked_const(b: Builder) -> Program:
     return _finish(b, b.add(Elementwise(op, (padded, other))))
 
 
+def symbolic_small(b: Builder) -> Program:
+    """A symbolic program of at most three actions, replayed under its bindings."""
+    return symbolic.build(b, ops=b.integer(1, 3))
+
+
 FOCUS: dict[str, Callable[[Builder], Program]] = {
     "nan-max": nan_max, "sub-order": sub_order, "pad-mask": pad_mask, "int-mod": int_mod, "ring": ring,
-    "uneven-shard": uneven_shard, "masked-const": masked_const,
+    "uneven-shard": uneven_shard, "masked-const": masked_const, "symbolic": symbolic_small,
 }
 
 

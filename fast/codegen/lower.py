@@ -105,12 +105,16 @@ class _Lowering:
             return b.index(IndexOps.MUL, self._render_int(node.a), self._render_int(node.b))
         if isinstance(node, (DivNode, ModNode)):
             divisor = as_node(node.b)
-            if divisor.min <= 0 or (not isinstance(divisor, NumNode) and node.a.min < 0):
+            if divisor.min < 0 or divisor.max <= 0 or (not isinstance(divisor, NumNode) and node.a.min < 0):
                 raise ValueError(f"lower: cannot index with {node.render()} (divisor must be positive)")
             nonneg = node.a.min >= 0
             op = {(DivNode, True): IndexOps.NONNEG_DIV, (DivNode, False): IndexOps.FLOORDIV,
                   (ModNode, True): IndexOps.NONNEG_MOD, (ModNode, False): IndexOps.FLOORMOD}[(type(node), nonneg)]
-            return b.index(op, self._render_int(node.a), self._render_int(divisor))
+            numerator, rendered = self._render_int(node.a), self._render_int(divisor)
+            if divisor.min == 0:  # a size that is 0 in some binding (nothing is read then): divide by max(d, 1)
+                small = b.index(IndexOps.CMPLT, rendered, b.const(1, INT64))
+                rendered = b.index(IndexOps.ADD, rendered, b.alu(UnaryOps.CAST, (small,), INT64))
+            return b.index(op, numerator, rendered)
         if isinstance(node, (LtNode, AndNode)):
             return b.alu(UnaryOps.CAST, (self._render_bool(node),), INT64)
         raise ValueError(f"lower: unsupported index expression {node!r}")

@@ -277,7 +277,7 @@ class StepBuilder:
         if base.op is LoadOps.COPY or disk_assign:
             ast = LazyOp(LoadOps.COPY, (), base.buffer.nbytes)
         else:
-            call = CustomCall(base.arg, _int_shape(base.shape), tuple(_int_shape(s.shape) for s in base.srcs))
+            call = CustomCall(base.arg, _bound_shape(base.shape), tuple(_bound_shape(s.shape) for s in base.srcs))
             ast = LazyOp(LoadOps.CUSTOM, (), call)
         reads = tuple(self.key(src.base) if buffer is self.boundary(src.base) else buffer
                       for src, buffer in zip(srcs, sources, strict=True))
@@ -303,6 +303,11 @@ def _int(size: Any) -> int:
 
 def _int_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(_int(size) for size in shape)
+
+
+def _bound_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    """A shape at its bound Variables' values: the arrays a CUSTOM function gets (docs/api.md)."""
+    return tuple(int(size.evaluate({})) if isinstance(size, Node) else int(size) for size in shape)
 
 
 # ---------------------------------------------------------------- ordering

@@ -2,7 +2,9 @@
 
 Invariants:
 - Every node is immutable and hashable; equality is structural (``NumNode(3) == 3`` holds).
-- ``node.min <= value <= node.max`` for every assignment of its variables inside their ranges.
+- ``node.min <= value <= node.max`` for every assignment of its variables inside their ranges (that
+  gives every divisor a positive value: a symbolic divisor may be 0, a size that is 0 in some binding,
+  and is then never evaluated).
 - The node classes are raw constructors; the operators (``+ - * // % <``), ``sym_sum`` and ``sym_and``
   simplify, so user code should build expressions through them.
 - Division and modulo follow Python's floor semantics, including for negative values.
@@ -229,28 +231,34 @@ class MulNode(_BinaryNode):
         return min(corners), max(corners)
 
 
+def _divisor_bounds(node: _BinaryNode, op: str) -> tuple[int, int]:
+    """Bounds of a divisor, which must be positive; a Node that may also be 0 (a size that is 0 in
+    some binding, where nothing is evaluated) counts as at least 1."""
+    low, high = node._b_bounds()
+    if low < 0 or high <= 0:
+        raise ValueError(f"{op}: divisor must be positive, got {node.a!r} {node.symbol} {node.b!r}")
+    return max(low, 1), high
+
+
 class DivNode(_BinaryNode):
-    """``a // b`` (floor division); ``b`` is a positive int or a Node with positive bounds."""
+    """``a // b`` (floor division); ``b`` is a positive int or a Node with non-negative bounds and a
+    positive maximum (evaluated only where it is positive)."""
 
     symbol, function = "//", staticmethod(operator.floordiv)
 
     def _bounds(self) -> tuple[int, int]:
-        low, high = self._b_bounds()
-        if low <= 0:
-            raise ValueError(f"DivNode: divisor must be positive, got {self.a!r} // {self.b!r}")
+        low, high = _divisor_bounds(self, "DivNode")
         # floor(a / b) is monotone in a and (for b > 0) in b, so the extremes sit at corners
         return min(self.a.min // low, self.a.min // high), max(self.a.max // low, self.a.max // high)
 
 
 class ModNode(_BinaryNode):
-    """``a % b`` (Python modulo, so in ``[0, b)``); ``b`` is a positive int or a Node with positive bounds."""
+    """``a % b`` (Python modulo, so in ``[0, b)``); ``b`` as for DivNode."""
 
     symbol, function = "%", staticmethod(operator.mod)
 
     def _bounds(self) -> tuple[int, int]:
-        low, high = self._b_bounds()
-        if low <= 0:
-            raise ValueError(f"ModNode: divisor must be positive, got {self.a!r} % {self.b!r}")
+        low, high = _divisor_bounds(self, "ModNode")
         if low == high and self.a.min // low == self.a.max // low:
             return self.a.min % low, self.a.max % low
         return 0, min(high - 1, self.a.max) if self.a.min >= 0 else high - 1
@@ -531,7 +539,7 @@ def _exact_quotient(term: Node, divisor: Node) -> Node | None:
 
 
 def _floordiv_node(node: Node, divisor: Node) -> Node:
-    if divisor.min <= 0:
+    if divisor.min < 0 or divisor.max <= 0:
         raise ValueError(f"symbolic //: divisor {divisor!r} must be positive")
     if node.min >= 0 and node.max < divisor.min:
         return NumNode(0)
@@ -545,7 +553,7 @@ def _floordiv_node(node: Node, divisor: Node) -> Node:
 
 
 def _mod_node(node: Node, divisor: Node) -> Node:
-    if divisor.min <= 0:
+    if divisor.min < 0 or divisor.max <= 0:
         raise ValueError(f"symbolic %: divisor {divisor!r} must be positive")
     if node.min >= 0 and node.max < divisor.min:
         return node

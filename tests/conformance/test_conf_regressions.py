@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import pytest
 
 from conformance.program import (
     ArrayData,
@@ -20,6 +21,7 @@ from conformance.program import (
     Cast,
     Contiguous,
     Copy,
+    Custom,
     Elementwise,
     Fetch,
     Leaf,
@@ -28,6 +30,7 @@ from conformance.program import (
     Program,
     Realize,
     Shard,
+    Var,
 )
 from conformance.runner import check
 
@@ -131,3 +134,59 @@ def test_padded_float64_constant_keeps_its_zeros_through_a_reshape() -> None:
     np.testing.assert_array_equal(got, [2, 2, 2, 0, 0, 0, 0, 0])
     _agree(Program((LoadConst((1, 3), "float64", "CLANG", 2.0), Movement(0, "pad", ((0, 1), (0, 1))),
                     Movement(1, "reshape", (2, 4, 1)), Fetch(2))))
+
+
+def test_custom_over_a_symbolic_shape_gets_arrays_of_the_bound_shape() -> None:
+    """Found (symbolic programs): fast called a CUSTOM function on arrays of the variables' maximum
+    shape (the size its buffers are allocated for), so `flip` of a (3, m) window flipped the whole
+    (3, 4) buffer; docs/api.md: `out` has the buffer's shape and the inputs are their `to_numpy`
+    forms, at the bound values. Fixed in fast (engine/schedule.py, engine/realize.py)."""
+    fast = _package("fast")
+    data = np.arange(15, dtype=np.int16).reshape(3, 5)
+    m = fast.Variable("m", 1, 4).bind(2)
+    window = fast.from_numpy(data, "CLANG").shrink(((0, 3), (0, m)))
+    flipped = fast.LazyBuffer.loadop(fast.LoadOps.CUSTOM, (3, m), fast.dtypes.int16, "CLANG",
+                                     arg=lambda out, x: np.copyto(out, np.flip(x)), src=(window,))
+    np.testing.assert_array_equal(fast.to_numpy(flipped), np.flip(data[:, :2]))
+    var = Var("m", 1, 4)
+    _agree(Program((Leaf(ArrayData("int16", (3, 5), tuple(range(15))), "CLANG"),
+                    Movement(0, "shrink", ((0, 3), (0, var))), Custom("flip", (1,), (3, var), "int16", "CLANG"),
+                    Fetch(2)), variables=(var,), bindings=((2,), (4,), (1,))))
+
+
+def test_reshape_with_a_variable_that_may_be_zero() -> None:
+    """Found (symbolic programs): with Variable('n', 0, 3), fast raised ValueError 'symbolic %: divisor
+    n must be positive' realizing a reshape of (n, n) to (n, 1, n) (its index divides by n, which is
+    0 only where nothing is read). Fixed in fast: a size that may be 0 is a valid divisor
+    (shape/symbolic.py) and kernels divide by max(n, 1) (codegen/lower.py)."""
+    fast = _package("fast")
+    data = np.arange(15, dtype=np.int32).reshape(5, 3)
+    for value in (2, 0, 3):
+        n = fast.Variable("n", 0, 3).bind(value)
+        square = fast.from_numpy(data, "CLANG").shrink(((0, n), (0, n)))
+        got = fast.to_numpy(square.e(fast.BinaryOps.ADD, square).reshape((n, 1, n)))
+        np.testing.assert_array_equal(got, 2 * data[:value, :value].reshape(value, 1, value))
+    var = Var("n", 0, 3)
+    _agree(Program((Leaf(ArrayData("int16", (5, 3), tuple(range(15))), "CLANG"),
+                    Movement(0, "shrink", ((0, var), (0, var))), Elementwise("MAX", (1, 1)),
+                    Movement(2, "reshape", (var, 1, 1, 1, var, 1)), Elementwise("NEG", (3,)), Fetch(4)),
+                   variables=(var,), bindings=((2,), (0,), (3,))))
+
+
+def test_shrink_reshape_and_pad_check_the_values_of_bound_variables() -> None:
+    """Found (symbolic programs): fast skipped the range and element-count checks when a size or an
+    argument was symbolic, so a shrink past an axis by a bound Variable read the next rows and a
+    reshape that changed the element count went through; docs/api.md: bound Variables' values are
+    used, and SPEC §1 makes both a ValueError. Fixed in fast (lazy_checks.py)."""
+    fast = _package("fast")
+    n = fast.Variable("n", 1, 8).bind(8)
+    data = fast.from_numpy(np.zeros((8, 6), np.float32), "CLANG")
+    for misuse in (lambda: data.shrink(((1, 6), (0, n))), lambda: data.shrink(((0, n), (0, 6))).reshape((n, 5)),
+                   lambda: data.pad(((0, fast.Variable("k", -2, 2).bind(-1)), (0, 0)))):
+        with pytest.raises(ValueError):
+            misuse()
+    var = Var("n", 7, 9)
+    _agree(Program((Leaf(ArrayData("float32", (6, 9), seed=2), "CLANG"), Movement(0, "shrink", ((0, var), (0, 9)))),
+                   expect="ValueError", variables=(var,), bindings=((8,), (9,))))
+    _agree(Program((Leaf(ArrayData("int8", (9, 2), seed=2), "CLANG"), Movement(0, "shrink", ((0, var), (0, 2))),
+                    Movement(1, "reshape", (var, 2, 2))), expect="ValueError", variables=(var,), bindings=((8,), (7,))))
