@@ -192,7 +192,8 @@ class LazyBuffer:
 
     def const(self, val: ConstType, shape: tuple[sint, ...] | None = None) -> LazyBuffer:
         """`val` (in this buffer's dtype) broadcast to `shape` (default: this shape), same device."""
-        checks.check_compute_device("CONST", self.device)
+        if self.device.startswith("DISK:"):
+            checks.check_compute_device("CONST", self.device)
         checked = self.shape if shape is None else checks.check_shape("CONST", shape)
         return const_node(self.device, self.dtype, const_value("CONST", val, self.dtype), checked, is_normalized=True)
 
@@ -203,15 +204,13 @@ class LazyBuffer:
         rare cases, constant operands and contiguous children, are tested inline first.)"""
         operands = (self, *srcs)
         out_dtype = checks.check_elementwise(op, operands)
-        redirected = False
+        constant = redirected = False
         for s in operands:
             base = s._base or s
-            if base.op is LoadOps.CONST:
-                if (fold := _constant_fold(op, operands)) is not None:
-                    return lazy_ops.apply_fold(fold, operands, out_dtype)
-                redirected = True  # (not worth telling apart: constants are rare operands)
-                break
+            constant = constant or base.op is LoadOps.CONST
             redirected = redirected or base.contiguous_child is not None
+        if constant and (fold := _constant_fold(op, operands)) is not None:
+            return lazy_ops.apply_fold(fold, operands, out_dtype)
         if op is UnaryOps.NEG and (inner := lazy_ops.double_negation(self)) is not None:
             return inner
         resolved = tuple([redirect(s) for s in operands]) if redirected else operands
@@ -296,7 +295,8 @@ class LazyBuffer:
 
 def _constant_fold(op: Op, operands: tuple[LazyBuffer, ...]) -> rules.Fold | None:
     """The folding rule for `op` over operands of which some are unrealized unmasked constants."""
-    consts = tuple([(s._base or s).arg if s.is_unrealized_unmasked_const() else None for s in operands])
+    consts = tuple([(s._base or s).arg if (s._base or s).op is LoadOps.CONST and s.is_unrealized_unmasked_const()
+                    else None for s in operands])
     if consts.count(None) == len(consts):
         return None
     return rules.fold_elementwise(op, operands[-1].dtype, consts)

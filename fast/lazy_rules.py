@@ -43,9 +43,9 @@ def _is(value: ConstType | None, target: int) -> bool:
 
 def fold_all_constants(op: Op, dtype: DType, consts: Consts) -> Fold | None:
     """Every operand a constant: the constant the kernel would compute (exec_alu wraps/rounds)."""
-    if not consts or any(value is None for value in consts):
+    if not consts or None in consts:
         return None
-    return Fold("const", value=exec_alu(op, dtype, tuple(v for v in consts if v is not None)))
+    return Fold("const", value=exec_alu(op, dtype, consts))  # type: ignore[arg-type]
 
 
 def _fold_add(dtype: DType, consts: Consts) -> Fold | None:
