@@ -101,9 +101,9 @@ class LazyBuffer:
             buffer.ref(-1)
         key = self.cache_key
         if key is not None and _CACHE is not None:  # (None only while the interpreter shuts down)
-            entry = _CACHE.get(key)
-            if entry is not None and ((alive := entry()) is None or alive is self):
-                del _CACHE[key]
+            entry = _CACHE.pop(key, None)  # one hash of the key; put back if it names another live node
+            if entry is not None and (alive := entry()) is not None and alive is not self:
+                _CACHE[key] = entry
 
     def __repr__(self) -> str:
         if self._base is not None:
