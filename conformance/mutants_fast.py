@@ -1,8 +1,9 @@
 """Planted bugs for `fast`, written against its actual internals. Each returns an undo callable.
 
-Every patch also empties fast's per-process kernel cache (`engine.realize.PROGRAMS`) and its recorded
-schedules (`engine.replay.TEMPLATES`, which hold kernels too) and restores them on undo, so no kernel
-compiled with the bug outlives the patch and none compiled before it hides it.
+Every patch also empties fast's per-process kernel caches (`engine.realize.PROGRAMS` and
+`AST_KERNELS`) and its recorded schedules (`engine.replay.TEMPLATES`, which hold kernels too) and
+restores them on undo, so no kernel compiled with the bug outlives the patch and none compiled
+before it hides it.
 A missing patch point raises AttributeError: a renamed internal fails the mutation test loudly.
 """
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _module(fast: ModuleType, name: str) -> ModuleType:
 
 def _fresh_kernels(fast: ModuleType, *undos: Undo) -> Undo:
     """Undo the patches and swap the kernel cache back to what it held before them."""
-    caches = [_module(fast, "engine.realize").PROGRAMS, _module(fast, "engine.replay").TEMPLATES]
+    caches = [_module(fast, "engine.realize").PROGRAMS, _module(fast, "engine.realize").AST_KERNELS,
+              _module(fast, "engine.replay").TEMPLATES]
     saved = [dict(cache) for cache in caches]
     for cache in caches:
         cache.clear()

@@ -69,6 +69,12 @@ class CompiledKernel:
 # ("inline", device, structure, bits) -> a kernel with these constants inline;
 # ("params", device, structure) -> its parametrized kernel, or None: seen once, not yet compiled
 PROGRAMS: ProgramCache[tuple[Any, ...], CompiledKernel | None] = ProgramCache()
+# (id(ast), device) -> (ast, its PROGRAMS key, get_kernel's answer): replayed schedules hand the same
+# AST objects back, so their kernels are found without walking the AST again. The entry holds its
+# AST, so the id stays its own, and is used only while PROGRAMS still holds the kernel (an evicted
+# kernel is compiled again, as without the memo).
+AST_KERNELS: ProgramCache[tuple[int, str], tuple[LazyOp, tuple[Any, ...], tuple[CompiledKernel, tuple[int, ...]]]] \
+    = ProgramCache()
 _CACHE_LOCK = threading.Lock()
 
 
@@ -135,8 +141,17 @@ def get_kernel(device: str, ast: LazyOp) -> tuple[CompiledKernel, tuple[int, ...
     variables; empty for a kernel with its constants inline). The first AST of a structure compiles
     with its constants inline; another value set of that structure compiles the parametrized kernel
     once, which then serves every value set not compiled inline."""
+    memo_key = (id(ast), device)
+    with _CACHE_LOCK:
+        memo = AST_KERNELS.get(memo_key)
+        if memo is not None and memo[0] is ast and PROGRAMS.get(memo[1]) is memo[2][0]:
+            return memo[2]
     structure, bits = kernel_keys(ast)
-    return kernel_for(device, ast, structure, bits, own_values=True)
+    found = kernel_for(device, ast, structure, bits, own_values=True)
+    key = ("params", device, structure) if found[1] else ("inline", device, structure, bits)
+    with _CACHE_LOCK:
+        AST_KERNELS[memo_key] = (ast, key, found)
+    return found
 
 
 def kernel_for(device: str, ast: LazyOp, structure: Any, bits: tuple[int, ...],

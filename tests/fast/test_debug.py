@@ -47,6 +47,7 @@ def planted(*patches: tuple[Any, Any, Any]) -> Iterator[None]:
     kernel caches emptied (no kernel compiled before hides the bug, none compiled with it survives);
     everything restored afterwards."""
     caches = [importlib.import_module("fast.engine.realize").PROGRAMS,
+              importlib.import_module("fast.engine.realize").AST_KERNELS,
               importlib.import_module("fast.engine.replay").TEMPLATES]
     saved_caches = [dict(cache) for cache in caches]
     saved = []
