@@ -16,27 +16,32 @@ which is docs/semantics.md's "in float32, then rounded"):
   arithmetic; with f = m - 1, s = f/(2+f): ln(m) = f - f^2/2 + s*(f^2/2 + R(s^2)) (R minimax, error
   8e-10 / 1.2e-18). f - f^2/2 is split into hi (low mantissa bits cleared) + lo so that hi/ln 2 is
   exact with a split 1/ln 2, and k + hi/ln 2 is summed with an exact Fast2Sum: error below 1 ulp.
-- SIN: x = n*pi/2 + r, |r| <= pi/4, then +-sin(r) or +-cos(r) by n mod 4 (minimax kernels, error
-  3.8e-9 for sin, 1.2e-10 for cos). The reduction runs in float64 arithmetic and is exact enough for
-  every float32 (checked exhaustively); both paths are computed and one is selected per lane:
+- SIN: x = n*pi/2 + r, |r| <= pi/4, then +-sin(r) or +-cos(r) by n mod 4 (minimax kernels; float32
+  error 3.8e-9 for sin, 1.2e-10 for cos). Both reductions are computed and one is selected per lane.
+  float32: the reduction runs in float64 arithmetic and is exact enough for every float32 (checked
+  exhaustively):
   * |x| < 2^28: Cody-Waite with pi/2 in parts of 25, 25 and 53 bits (n*part exact), summed with TwoSum.
   * otherwise Payne-Hanek: 2/pi in eight 24-bit chunks C_j; each x*C_j is exact in float64 and is
     reduced mod 4 exactly (or is 0 mod 4 when |x*C_j| >= 2^53); the residues are summed exactly
     (TwoSum), so x*2/pi mod 4 is known to about 2^-100.
   r is rounded to float32 hi + lo and the kernels use sin(hi+lo) = sin(hi) + lo, cos(hi+lo) = cos(hi) -
   hi*lo; |x| < 2^-12 returns x (sin(x) rounds to x; keeps -0.0), inf and NaN give NaN.
+  float64 (fast/codegen/sine.py): on |x|, Cody-Waite with pi/2 in parts of 33, 33, 33 and 53 bits
+  below 2^20; above, Payne-Hanek over a window of 2/pi chosen by exponent (blocks of 73 exponents,
+  WHERE chains), |x| cut into five 25-bit pieces, exact products summed exactly per diagonal and
+  then with TwoSums, so r = x mod pi/2 keeps at least 59 correct bits even for the hardest doubles
+  (|r| ~ 2^-61); then the float64 kernels, the sign of x, x itself below 2^-26, NaN for
+  inf/NaN.
 
 Measured max errors (tests/fast/test_transcendental.py and exhaustive runs over all 2^32 float32
 inputs against double libm): float32 EXP2 1.29 ulp, LOG2 0.83 ulp, SIN 0.98 ulp; float64 EXP2 1.31 ulp
-and LOG2 0.80 ulp (against long double; at most 1 ulp from numpy); float16/bfloat16 within 0.5 ulp of
-the type plus the float32 error. Instructions (ALU + CONST) for a scalar float32 x: EXP2 31 + 15,
-LOG2 50 + 20, SIN 189 + 40; float64: EXP2 41 + 20, LOG2 58 + 24.
-
-Not done: SIN on float64 has no exact reduction for |x| >= 2^20 yet, so `expand` returns the libm ALU
-op for it and `supported(SIN, float64)` is False. For |x| < 2^20, `_cody_waite(x, (33, 33, 33))` and
-`_kernels(..., _F64)` already give 0.9 ulp (checked outside the tests, 103 instructions); the big
-path needs windows of 2/pi selected by exponent (WHERE chains) and a triple-double sum, since a
-double-double sum of the mod-4 residues is only good to about 2^-102 and |r| can be 2^-61.
+and LOG2 0.80 ulp (against long double; at most 1 ulp from numpy), SIN 0.90 ulp (against long double
+sin over 60M inputs: every exponent, uniform ranges, the hardest reduction case of every exponent and
+neighbours of n*pi/2; against exact integer arithmetic on 8000 of them); float16/bfloat16 within
+0.5 ulp of the type plus the float32 error. Instructions (ALU + CONST) for a scalar float32 x: EXP2
+31 + 15, LOG2 50 + 20, SIN 189 + 40; float64: EXP2 41 + 20, LOG2 58 + 24, SIN 302 + 141 (91 of the
+ALU ops are the WHEREs and compares that choose the 2/pi window; on x86-64 the scalar form takes
+about 3x as long as glibc's sin, the float64.vec(4) form about as long).
 """
 from __future__ import annotations
 
@@ -289,9 +294,15 @@ def _sin_f32(x: _V) -> _V:
     return ax32.lt(math.inf).where(res, math.nan)
 
 
+def _sin_f64(x: _V) -> _V:
+    """sin(x) for float64: fast/codegen/sine.py (imported here: it builds on this module)."""
+    from fast.codegen.sine import sin_f64
+    return sin_f64(x)
+
+
 _EXPAND = {(UnaryOps.EXP2, F32): lambda x: _exp2(x, _F32), (UnaryOps.EXP2, F64): lambda x: _exp2(x, _F64),
            (UnaryOps.LOG2, F32): lambda x: _log2(x, _F32), (UnaryOps.LOG2, F64): lambda x: _log2(x, _F64),
-           (UnaryOps.SIN, F32): _sin_f32}
+           (UnaryOps.SIN, F32): _sin_f32, (UnaryOps.SIN, F64): _sin_f64}
 _HALVES = (dtypes.float16, dtypes.bfloat16)
 
 
