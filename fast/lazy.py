@@ -267,28 +267,28 @@ class LazyBuffer:
 
     def reshape(self, shape: tuple[sint, ...]) -> LazyBuffer:
         new_shape = checks.check_reshape(self.shape, shape)
-        return self if new_shape == self.shape else move(self, lambda st: st.reshape(new_shape))
+        return self if new_shape == self.shape else move(self, ShapeTracker.reshape, new_shape)
 
     def pad(self, arg: tuple[tuple[sint, sint], ...]) -> LazyBuffer:
         pairs = checks.check_pad(self.shape, arg)
-        return self if all(p == (0, 0) for p in pairs) else move(self, lambda st: st.pad(pairs))
+        return self if pairs.count((0, 0)) == len(pairs) else move(self, ShapeTracker.pad, pairs)
 
     def expand(self, shape: tuple[sint, ...]) -> LazyBuffer:
         new_shape = checks.check_expand(self.shape, shape)
-        return self if new_shape == self.shape else move(self, lambda st: st.expand(new_shape))
+        return self if new_shape == self.shape else move(self, ShapeTracker.expand, new_shape)
 
     def permute(self, order: tuple[int, ...]) -> LazyBuffer:
         checked = checks.check_permute(self.shape, order)
-        return self if checked == tuple(range(len(checked))) else move(self, lambda st: st.permute(checked))
+        return self if checked == tuple(range(len(checked))) else move(self, ShapeTracker.permute, checked)
 
     def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> LazyBuffer:
         pairs = checks.check_shrink(self.shape, arg)
         whole = all(p == (0, size) for p, size in zip(pairs, self.shape, strict=True))
-        return self if whole else move(self, lambda st: st.shrink(pairs))
+        return self if whole else move(self, ShapeTracker.shrink, pairs)
 
     def stride(self, steps: tuple[int, ...]) -> LazyBuffer:
         checked = checks.check_stride(self.shape, steps)
-        return self if all(k == 1 for k in checked) else move(self, lambda st: st.stride(checked))
+        return self if checked.count(1) == len(checked) else move(self, ShapeTracker.stride, checked)
 
 
 # ---------------------------------------------------------------- node construction
@@ -367,12 +367,15 @@ def const_node(device: str, dtype: DType, value: ConstType, shape: tuple[sint, .
 
 
 def view_of(base: LazyBuffer, st: ShapeTracker) -> LazyBuffer:
-    """`base` read through `st` (relative to base): the base itself, a constant 0, or a view node."""
-    if 0 in st.shape:
+    """`base` read through `st` (relative to base): the base itself, a constant 0, or a view node.
+    (A hot path of movement ops: the tracker's properties are read inline.)"""
+    last = st.views[-1]
+    shape = last.shape
+    if 0 in shape:
         return create(base.device, st, base.dtype, LoadOps.CONST, 0)
-    if st.views[-1].all_invalid and not checks.is_disk(base.device):
-        return const_node(base.device, base.dtype, 0, st.shape)
-    if st.contiguous and st.shape == base.shape:
+    if last.mask is not None and last.all_invalid and not checks.is_disk(base.device):
+        return const_node(base.device, base.dtype, 0, shape)
+    if last.contiguous and len(st.views) == 1 and shape == base.shape:
         return base
     return create(base.device, st, base.dtype, base=base)
 
@@ -392,9 +395,14 @@ def redirect(lb: LazyBuffer) -> LazyBuffer:
     return lb if child is None else view_of(child, inverted + lb.st)
 
 
-def move(lb: LazyBuffer, apply: Callable[[ShapeTracker], ShapeTracker]) -> LazyBuffer:
-    source = redirect(lb)
-    return view_of(source.base, apply(source.st))
+def move(lb: LazyBuffer, apply: Callable[[ShapeTracker, Any], ShapeTracker], arg: Any) -> LazyBuffer:
+    """`lb` moved by the tracker method `apply` with the validated argument `arg`, as a view of its
+    base (or of the base's live contiguous child: `redirect`)."""
+    base = lb._base or lb
+    if base.contiguous_child is not None:
+        lb = redirect(lb)
+        base = lb._base or lb
+    return view_of(base, apply(lb.st, arg))
 
 
 def reduce_node(source: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:

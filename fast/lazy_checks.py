@@ -7,13 +7,14 @@ message names the op and the offending values. Checks are pure: they read their 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from fast import lazy as graph
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, result_dtype, supports
-from fast.shape.symbolic import Node, is_sint, sint
+from fast.shape.symbolic import Node, all_int, is_sint, sint
 
 if TYPE_CHECKING:
     from fast.lazy import LazyBuffer
@@ -44,7 +45,10 @@ def check_lazy(opname: str, value: object) -> LazyBuffer:
 
 
 def check_shape(opname: str, shape: object) -> tuple[sint, ...]:
-    """A shape: a tuple/list of non-negative ints (or symbolic Nodes)."""
+    """A shape: a tuple/list of non-negative ints (or symbolic Nodes). Fast path: a tuple of plain
+    non-negative ints is returned as it is (C-level tests only)."""
+    if type(shape) is tuple and all_int(shape) and (not shape or min(shape) >= 0):
+        return shape
     if not isinstance(shape, (tuple, list)):
         raise TypeError(f"{opname}: shape must be a tuple of sizes, got {shape!r}")
     for size in shape:
@@ -151,7 +155,10 @@ def _bound_count(shape: Sequence[sint]) -> int | None:
 
 def check_reshape(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]:
     checked = check_shape("reshape", new_shape)
-    old, new = _bound_count(shape), _bound_count(checked)  # bound Variables: their values are used
+    if all_int(checked) and all_int(shape):  # the non-symbolic case: plain element counts
+        old, new = math.prod(shape), math.prod(checked)  # type: ignore[arg-type]
+    else:
+        old, new = _bound_count(shape), _bound_count(checked)  # bound Variables: their values are used
     if old is not None and new is not None and old != new:
         raise ValueError(f"reshape: cannot reshape {shape} ({old} elements) to {checked} ({new} elements)")
     return checked
@@ -203,6 +210,11 @@ def check_expand(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]
     bound Variables give it keeps its symbolic size (shapes stay symbolic; see `to_numpy`)."""
     checked = check_shape("expand", new_shape)
     _check_length("expand", shape, checked)
+    if all_int(shape) and all_int(checked):  # the non-symbolic case: no size is resolved
+        for old, new in zip(shape, checked, strict=True):
+            if old != new and old != 1:
+                raise ValueError(f"expand: cannot expand {shape} to {checked} (only size-1 axes may change)")
+        return checked
     resolved: list[sint] = []
     for old, new in zip(shape, checked, strict=True):
         if old != new and isinstance(old, Node) and isinstance(new, int) and bound_value(old) == new:
@@ -214,6 +226,8 @@ def check_expand(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]
 
 
 def check_permute(shape: tuple[sint, ...], order: object) -> tuple[int, ...]:
+    if type(order) is tuple and all_int(order) and sorted(order) == list(range(len(shape))):
+        return order  # the common case: a tuple of plain ints (C-level tests only)
     if not isinstance(order, (tuple, list)) or not all(isinstance(a, int) and not isinstance(a, bool)
                                                          for a in order) \
             or sorted(order) != list(range(len(shape))):

@@ -9,15 +9,47 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import Any
 
-from fast.shape.symbolic import MulNode, Node, NumNode, SumNode, Variable, as_node, sint, sint_prod, sym_and
+from fast.shape.symbolic import MulNode, Node, NumNode, SumNode, Variable, all_int, as_node, sint, sint_prod, sym_and
 from fast.shape.view import Range, View, is_symbolic, strides_for_shape
 
 
 def _symbolic_view(view: View) -> bool:
     return is_symbolic(view.shape, view.strides, view.offset, view.mask)
+
+
+def _concrete(arg: object) -> bool:
+    """True when ``arg`` is a tuple of plain ints (no bools) or of tuples of plain ints: a movement
+    argument that is safe as a memo key (a symbolic one is not: bound Variables compare equal whatever
+    their value). A hot path: C-level passes only."""
+    if type(arg) is not tuple:
+        return False
+    if all_int(arg):
+        return True
+    return _TUPLE_ONLY.issuperset(map(type, arg)) and all_int(chain.from_iterable(arg))  # type: ignore[arg-type]
+
+
+_TUPLE_ONLY = frozenset({tuple})
+
+
+def _make(views: tuple[View, ...]) -> ShapeTracker:
+    """A tracker of ``views`` built without ``__post_init__``'s validation: for views this module made."""
+    tracker = object.__new__(ShapeTracker)
+    object.__setattr__(tracker, "views", views)
+    return tracker
+
+
+@functools.lru_cache(maxsize=8192)
+def _memo_move(tracker: ShapeTracker, op: str, arg: tuple[Any, ...]) -> ShapeTracker:
+    """``tracker.<op>(arg)`` for a non-symbolic tracker and a ``_concrete`` argument. Trackers are
+    immutable and such keys compare equal only when interchangeable, so the answer can be shared;
+    errors are not cached (they are raised again on every call)."""
+    return getattr(tracker, "_" + op)(arg)  # type: ignore[no-any-return]
 
 
 def _default_idxs(shape: Sequence[sint]) -> list[Node]:
@@ -76,7 +108,7 @@ class ShapeTracker:
     @staticmethod
     def from_shape(shape: Sequence[sint]) -> ShapeTracker:
         """A contiguous tracker over a buffer of ``shape``."""
-        return ShapeTracker((View.create(tuple(shape)),))
+        return _make((View.create(tuple(shape)),))
 
     @property
     def shape(self) -> tuple[sint, ...]:
@@ -132,36 +164,61 @@ class ShapeTracker:
         return self.unbind()[1]
 
     def _replace_last(self, view: View) -> ShapeTracker:
-        tracker = ShapeTracker((*self.views[:-1], view))
-        return tracker.simplify() if len(self.views) > 1 else tracker
+        if len(self.views) == 1:
+            return _make((view,))
+        return _make((*self.views[:-1], view)).simplify()
+
+    # Movement ops: memoised (``_memo_move``) for non-symbolic trackers and plain-int arguments.
 
     def pad(self, arg: Sequence[Range]) -> ShapeTracker:
+        return _memo_move(self, "pad", arg) if _concrete(arg) and not self.symbolic else self._pad(arg)
+
+    def _pad(self, arg: Sequence[Range]) -> ShapeTracker:
         return self._replace_last(self.views[-1].pad(arg))
 
     def shrink(self, arg: Sequence[Range]) -> ShapeTracker:
+        return _memo_move(self, "shrink", arg) if _concrete(arg) and not self.symbolic else self._shrink(arg)
+
+    def _shrink(self, arg: Sequence[Range]) -> ShapeTracker:
         return self._replace_last(self.views[-1].shrink(arg))
 
     def expand(self, new_shape: Sequence[sint]) -> ShapeTracker:
+        if _concrete(new_shape) and not self.symbolic:
+            return _memo_move(self, "expand", new_shape)
+        return self._expand(new_shape)
+
+    def _expand(self, new_shape: Sequence[sint]) -> ShapeTracker:
         return self._replace_last(self.views[-1].expand(new_shape))
 
     def permute(self, order: Sequence[int]) -> ShapeTracker:
+        return _memo_move(self, "permute", order) if _concrete(order) and not self.symbolic else self._permute(order)
+
+    def _permute(self, order: Sequence[int]) -> ShapeTracker:
         return self._replace_last(self.views[-1].permute(order))
 
     def stride(self, steps: Sequence[int]) -> ShapeTracker:
+        return _memo_move(self, "stride", steps) if _concrete(steps) and not self.symbolic else self._stride(steps)
+
+    def _stride(self, steps: Sequence[int]) -> ShapeTracker:
         return self._replace_last(self.views[-1].stride(steps))
 
     def reshape(self, new_shape: Sequence[sint]) -> ShapeTracker:
         """Reshape the last view, or push a contiguous view over it; then merge views where possible."""
+        if _concrete(new_shape) and not self.symbolic:
+            return _memo_move(self, "reshape", new_shape)
+        return self._reshape(new_shape)
+
+    def _reshape(self, new_shape: Sequence[sint]) -> ShapeTracker:
         reshaped = self.views[-1].reshape(new_shape)
         if reshaped is not None:
             return self._replace_last(reshaped)
-        return ShapeTracker((*self.views, View.create(tuple(new_shape)))).simplify()
+        return _make((*self.views, View.create(tuple(new_shape)))).simplify()
 
     def simplify(self) -> ShapeTracker:
         """Merge the last two views while one view can express them."""
         tracker = self
         while len(tracker.views) >= 2 and (merged := tracker.views[-2] + tracker.views[-1]) is not None:
-            tracker = ShapeTracker((*tracker.views[:-2], merged))
+            tracker = _make((*tracker.views[:-2], merged))
         return tracker
 
     def __add__(self, other: ShapeTracker) -> ShapeTracker:
@@ -170,7 +227,7 @@ class ShapeTracker:
             return NotImplemented
         tracker = self
         for view in other.views:
-            tracker = ShapeTracker((*tracker.views, view)).simplify()
+            tracker = _make((*tracker.views, view)).simplify()
         return tracker
 
     def invert(self, out_shape: Sequence[sint]) -> ShapeTracker | None:

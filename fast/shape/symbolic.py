@@ -331,6 +331,15 @@ class AndNode(_NaryNode):
 sint = int | Node
 
 
+_INT_ONLY = frozenset({int})
+
+
+def all_int(values: Iterable[object]) -> bool:
+    """True when every value is a plain int (exactly ``int``: no bools, no Nodes). One C-level pass,
+    the fast-path test of the non-symbolic case."""
+    return _INT_ONLY.issuperset(map(type, values))
+
+
 def as_node(value: Node | int) -> Node:
     """Wrap an int as a NumNode; Nodes pass through."""
     if isinstance(value, Node):
@@ -342,17 +351,20 @@ def as_node(value: Node | int) -> Node:
 
 def as_sint(value: Node | int) -> sint:
     """Unwrap a NumNode to an int; other values pass through."""
-    return value.b if isinstance(value, NumNode) else value
+    return value.b if type(value) is NumNode else value
 
 
 def is_sint(value: object) -> bool:
     """True for ints (not bools) and Nodes."""
+    if type(value) is int:
+        return True
     return isinstance(value, Node) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def sint_prod(values: Iterable[sint]) -> sint:
     """Product of ints and Nodes; an int whenever the result is constant."""
-    return as_sint(as_node(functools.reduce(operator.mul, values, 1)))
+    product = functools.reduce(operator.mul, values, 1)
+    return product if type(product) is int else as_sint(as_node(product))
 
 
 def _coefficient(node: Node) -> tuple[Node, int]:
