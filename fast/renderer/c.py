@@ -13,7 +13,10 @@ How docs/semantics.md is kept (values in C):
   DIV/MOD are total (`x/0 = 0`, `x%0 = x`, `MIN/-1 = MIN`, `MIN%-1 = 0`); float -> int casts are
   range-checked in double (NaN/inf/out of range give 0); float MAX propagates NaN; bitcasts go
   through `memcpy`; MULACC on floats is `(a*b)+c` and is never contracted (compile with
-  `-ffp-contract=off`, see runtime/clang.py). EXP2/LOG2/SIN/SQRT call libm (`exp2f`/`exp2`, ...).
+  `-ffp-contract=off`, see runtime/clang.py). SQRT calls libm's correctly rounded `sqrtf`/`sqrt`.
+  Lowering expands EXP2/LOG2/SIN of every float dtype into plain ALU code (codegen/transcendental.py,
+  sine.py), so kernels never reach libm for them; the renderer still maps them to `exp2f`/`exp2`, ...
+  for IR that holds them (hand-built IR in tests).
 - index arithmetic is `int64_t`; floor division/modulo by a positive constant is exact for negative
   numerators; a masked load is `valid ? data[idx] : 0`, so memory is touched only where valid.
 """

@@ -2,8 +2,8 @@
 
 Output: `define void @<name>(ptr %data0, ..., i64 %var0, ...)`, the same parameter order and value
 semantics as the C renderer (fast/renderer/c.py), so LLVM and CLANG agree bit for bit on every op x
-dtype (transcendentals up to libm ulps). Pointers carry no `noalias` (an in-place kernel may read its
-own output) and accesses are `align 1` (views may sit at any byte offset).
+dtype (transcendentals too: lowering expands them into ALU code). Pointers carry no `noalias` (an
+in-place kernel may read its own output) and accesses are `align 1` (views may sit at any byte offset).
 
 How docs/semantics.md is kept:
 - values: `bool` is `i1` (stored as an `i8` 0/1; loads normalise with `!= 0`); `float16`/`bfloat16`
@@ -18,8 +18,9 @@ How docs/semantics.md is kept:
 - float MAX: NaN if either operand is NaN (`fcmp uno`), else `a > b ? a : b` (never `maxnum`);
   CMPLT/CMPEQ are `fcmp olt/oeq` (false on NaN); no fast-math flags anywhere; MULACC is `fmul`
   then `fadd` (never `fma`/`fmuladd`, and without `contract` flags LLVM does not fuse them).
-- EXP2/LOG2/SIN/SQRT are the `llvm.exp2/log2/sin/sqrt` intrinsics (libm calls or, for sqrt, the
-  correctly rounded instruction).
+- SQRT is the `llvm.sqrt` intrinsic (the correctly rounded instruction); EXP2/LOG2/SIN, which lowering
+  expands into ALU code for every float dtype, map to the `llvm.exp2/log2/sin` intrinsics only in
+  IR that still holds them (hand-built IR in tests).
 - index arithmetic is i64; masked loads and stores branch around the access (the address is only
   computed and dereferenced on the valid path); GEPs are plain (never `inbounds`).
 - accumulators are `alloca`s in the entry block (promoted to registers by the optimiser).
