@@ -126,8 +126,9 @@ def test_sharded_reshape_of_a_zero_size_buffer_gives_each_shard_its_share() -> N
 
 def test_padded_float64_constant_keeps_its_zeros_through_a_reshape() -> None:
     """Found (full profile): GCC 12 with AVX-512 folded the vector {2, 2, 2, 0} of float64 lanes into
-    all 2s, so a padded constant read back through a reshape lost its zeros on CLANG; fixed by
-    keeping GCC 12 at AVX2 (runtime/clang.py simd_cap)."""
+    all 2s, so a padded constant read back through a reshape lost its zeros on CLANG. The cause was a
+    32/64-byte memcpy of a constant vector, which GCC turned into one wide integer store that drops
+    zero high words; vector stores now go through may_alias vector pointers (renderer/c_vectors.py)."""
     fast = _package("fast")
     constant = fast.LazyBuffer.loadop(fast.LoadOps.CONST, (1, 3), fast.dtypes.float64, "CLANG", arg=2.0)
     got = fast.to_numpy(constant.pad(((0, 1), (0, 1))).reshape((2, 4, 1))).ravel()
