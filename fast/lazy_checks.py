@@ -155,8 +155,10 @@ def _bound_count(shape: Sequence[sint]) -> int | None:
 
 def check_reshape(shape: tuple[sint, ...], new_shape: object) -> tuple[sint, ...]:
     checked = check_shape("reshape", new_shape)
+    old: int | None
+    new: int | None
     if all_int(checked) and all_int(shape):  # the non-symbolic case: plain element counts
-        old, new = math.prod(shape), math.prod(checked)  # type: ignore[arg-type]
+        old, new = math.prod(shape), math.prod(checked)  # type: ignore[arg-type,assignment]
     else:
         old, new = _bound_count(shape), _bound_count(checked)  # bound Variables: their values are used
     if old is not None and new is not None and old != new:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import compress
+from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 from fast.allreduce import Bound, Shape, all_reduce, cumulative, dims, fold, ring_chunks, use_ring
@@ -28,14 +30,17 @@ from fast.multi_checks import check_ints, check_layout, check_operands, check_pa
 from fast.ops import BinaryOps, ElementwiseOps, LoadOps, ReduceOps
 
 Item = TypeVar("Item")
+_DEVICE, _SHAPE = attrgetter("device"), attrgetter("shape")
 __all__ = ["MultiLazyBuffer", "all_reduce", "ring_chunks", "use_ring"]
 
 
 # ---------------------------------------------------------------- small helpers
 
 def _replace(items: tuple[Item, ...], axis: int, value: Item) -> tuple[Item, ...]:
-    """`items` with entry `axis` replaced by `value`."""
-    return tuple(value if dim == axis else item for dim, item in enumerate(items))
+    """`items` with entry `axis` replaced by `value` (unchanged when `axis` is out of range)."""
+    if not 0 <= axis < len(items):
+        return items
+    return (*items[:axis], value, *items[axis + 1:])
 
 
 def _zeros(template: LazyBuffer, dtype: DType | None = None, shape: Shape | None = None) -> LazyBuffer:
@@ -84,16 +89,18 @@ def _aligned(operands: Sequence[MultiLazyBuffer], axis: int | None,
     sharded on `axis` must have the same shard sizes). An unsharded operand's shard is sliced to the
     result shard's range; an operand sharded on another axis is gathered onto the device, then sliced.
     """
-    template = next((o for o in operands if axis is not None and o.axis == axis), operands[0])
-    sizes = [dims(lb)[axis] for lb in template.lbs] if axis is not None else [0] * len(real)
-    for operand in operands:
-        if axis is not None and operand.axis == axis and [dims(lb)[axis] for lb in operand.lbs] != sizes:
-            raise ValueError(f"e: operands sharded on axis {axis} have different bounds "
-                             f"{template.bounds} and {operand.bounds}")
+    template, sizes = operands[0], [0] * len(real)
+    if axis is not None:  # (then some operand is sharded on axis: the template)
+        template = next(o for o in operands if o._axis == axis)
+        sizes = template._sizes()
+        for operand in operands:
+            if operand._axis == axis and operand is not template and operand._sizes() != sizes:
+                raise ValueError(f"e: operands sharded on axis {axis} have different bounds "
+                                 f"{template.bounds} and {operand.bounds}")
     bounds = _relative_bounds(sizes, real)
     if not any(real):
         raise ValueError(f"e: no shard is real in every operand (real flags {[o.real for o in operands]})")
-    if axis is not None and sum(bound[1] - bound[0] for bound in bounds if bound) != operands[0].shape[axis]:
+    if axis is not None and sum(compress(sizes, real)) != operands[0].shape[axis]:
         raise ValueError(f"e: the real shards of the operands do not line up along axis {axis} "
                          f"(real flags {[o.real for o in operands]}, bounds {template.bounds})")
     return template, {index: [_part(operand, index, axis, bound) for operand in operands]
@@ -113,9 +120,10 @@ class MultiLazyBuffer:
 
     def __init__(self, lbs: Sequence[LazyBuffer], axis: int | None, real: Sequence[bool] | None = None) -> None:
         shards = tuple(lbs)
-        flags = tuple(bool(flag) for flag in real) if real is not None else (True,) * len(shards)
-        check_layout(shards, axis, flags)
+        flags = tuple(map(bool, real)) if real is not None else (True,) * len(shards)
+        self._shape = check_layout(shards, axis, flags)  # (shards' shapes are fixed: computed once)
         self._lbs, self._axis, self._real = shards, axis, flags
+        self._devices = tuple(map(_DEVICE, shards))
 
     # ------------------------------------------------------------ properties
     @property
@@ -137,10 +145,7 @@ class MultiLazyBuffer:
 
     @property
     def shape(self) -> Shape:
-        first = dims(self._lbs[0])
-        if self._axis is None:
-            return first
-        return _replace(first, self._axis, sum(dims(lb)[self._axis] for lb in self.real_lbs))
+        return self._shape
 
     @property
     def size(self) -> int:
@@ -152,11 +157,11 @@ class MultiLazyBuffer:
 
     @property
     def device(self) -> tuple[str, ...]:
-        return tuple(lb.device for lb in self._lbs)
+        return self._devices
 
     @property
     def real_lbs(self) -> list[LazyBuffer]:
-        return [lb for lb, flag in zip(self._lbs, self._real, strict=True) if flag]
+        return list(compress(self._lbs, self._real))
 
     def __repr__(self) -> str:
         return f"<MultiLazyBuffer shape={self.shape} axis={self._axis} real={list(self._real)} {self.dtype}>"
@@ -172,7 +177,7 @@ class MultiLazyBuffer:
 
     def _sizes(self) -> list[int]:
         """Each shard's size along the sharded axis (internal: only for sharded buffers)."""
-        return [dims(lb)[self._axis if self._axis is not None else 0] for lb in self._lbs]
+        return list(map(itemgetter(self._axis if self._axis is not None else 0), map(_SHAPE, self._lbs)))
 
     def _real_shards_with_bounds(self) -> list[tuple[LazyBuffer, Bound]]:
         """Each real shard with its range along the axis inside the logical tensor."""
@@ -219,8 +224,13 @@ class MultiLazyBuffer:
         result shards that are not real are zeros of the result dtype."""
         operands = (self, *others)
         check_operands("e", operands)
-        axis = next((o.axis for o in reversed(operands) if o.axis is not None), None)
-        real = tuple(all(column) for column in zip(*(_mask_on(o, axis) for o in operands), strict=True))
+        axis = None
+        for operand in reversed(operands):
+            if operand._axis is not None:
+                axis = operand._axis
+                break
+        masks = [_mask_on(o, axis) for o in operands]
+        real = masks[0] if masks.count(masks[0]) == len(masks) else tuple(map(all, zip(*masks, strict=True)))
         template, sources = _aligned(operands, axis, real)
         outputs = {index: srcs[0].e(op, *srcs[1:], arg=arg) for index, srcs in sources.items()}
         dtype = next(iter(outputs.values())).dtype
