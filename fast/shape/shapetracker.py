@@ -45,10 +45,11 @@ def _make(views: tuple[View, ...]) -> ShapeTracker:
 
 
 @functools.lru_cache(maxsize=8192)
-def _memo_move(tracker: ShapeTracker, op: str, arg: tuple[Any, ...]) -> ShapeTracker:
+def _memo_move(tracker: ShapeTracker, op: str, method: Any, arg: tuple[Any, ...]) -> ShapeTracker:
     """``tracker.<op>(arg)`` for a non-symbolic tracker and a ``_concrete`` argument. Trackers are
     immutable and such keys compare equal only when interchangeable, so the answer can be shared;
-    errors are not cached (they are raised again on every call)."""
+    errors are not cached (they are raised again on every call). ``method`` (``View.<op>``) is part
+    of the key so that a replaced implementation (the debug tools plant bugs) is never hidden."""
     return getattr(tracker, "_" + op)(arg)  # type: ignore[no-any-return]
 
 
@@ -171,33 +172,39 @@ class ShapeTracker:
     # Movement ops: memoised (``_memo_move``) for non-symbolic trackers and plain-int arguments.
 
     def pad(self, arg: Sequence[Range]) -> ShapeTracker:
-        return _memo_move(self, "pad", arg) if _concrete(arg) and not self.symbolic else self._pad(arg)
+        return _memo_move(self, "pad", View.pad, arg) if _concrete(arg) and not self.symbolic else self._pad(arg)
 
     def _pad(self, arg: Sequence[Range]) -> ShapeTracker:
         return self._replace_last(self.views[-1].pad(arg))
 
     def shrink(self, arg: Sequence[Range]) -> ShapeTracker:
-        return _memo_move(self, "shrink", arg) if _concrete(arg) and not self.symbolic else self._shrink(arg)
+        if _concrete(arg) and not self.symbolic:
+            return _memo_move(self, "shrink", View.shrink, arg)
+        return self._shrink(arg)
 
     def _shrink(self, arg: Sequence[Range]) -> ShapeTracker:
         return self._replace_last(self.views[-1].shrink(arg))
 
     def expand(self, new_shape: Sequence[sint]) -> ShapeTracker:
         if _concrete(new_shape) and not self.symbolic:
-            return _memo_move(self, "expand", new_shape)
+            return _memo_move(self, "expand", View.expand, new_shape)
         return self._expand(new_shape)
 
     def _expand(self, new_shape: Sequence[sint]) -> ShapeTracker:
         return self._replace_last(self.views[-1].expand(new_shape))
 
     def permute(self, order: Sequence[int]) -> ShapeTracker:
-        return _memo_move(self, "permute", order) if _concrete(order) and not self.symbolic else self._permute(order)
+        if _concrete(order) and not self.symbolic:
+            return _memo_move(self, "permute", View.permute, order)
+        return self._permute(order)
 
     def _permute(self, order: Sequence[int]) -> ShapeTracker:
         return self._replace_last(self.views[-1].permute(order))
 
     def stride(self, steps: Sequence[int]) -> ShapeTracker:
-        return _memo_move(self, "stride", steps) if _concrete(steps) and not self.symbolic else self._stride(steps)
+        if _concrete(steps) and not self.symbolic:
+            return _memo_move(self, "stride", View.stride, steps)
+        return self._stride(steps)
 
     def _stride(self, steps: Sequence[int]) -> ShapeTracker:
         return self._replace_last(self.views[-1].stride(steps))
@@ -205,7 +212,7 @@ class ShapeTracker:
     def reshape(self, new_shape: Sequence[sint]) -> ShapeTracker:
         """Reshape the last view, or push a contiguous view over it; then merge views where possible."""
         if _concrete(new_shape) and not self.symbolic:
-            return _memo_move(self, "reshape", new_shape)
+            return _memo_move(self, "reshape", View.reshape, new_shape)
         return self._reshape(new_shape)
 
     def _reshape(self, new_shape: Sequence[sint]) -> ShapeTracker:
