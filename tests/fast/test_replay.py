@@ -68,7 +68,8 @@ def test_constant_slots_of_every_kind_replay_their_bits(schedules: list[int], dt
     for value in values:
         op = BinaryOps.MAX if dtype is np.bool_ else BinaryOps.ADD
         got = to_numpy(x.e(op, x.const(value)))
-        want = np.maximum(a, np.bool_(value)) if dtype is np.bool_ else (a + np.array(value).astype(dtype)).astype(dtype)
+        added = (a + np.array(value).astype(dtype)).astype(dtype)
+        want = np.maximum(a, np.bool_(value)) if dtype is np.bool_ else added
         np.testing.assert_array_equal(got, want)
     assert len(schedules) == 1
 
