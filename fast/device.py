@@ -77,6 +77,9 @@ class _DeviceRegistry:
         return self.canonicalize(config.get().default_device)
 
     def __getitem__(self, name: str) -> Any:
+        device = self.opened.get(name) if type(name) is str else None  # keys are canonical names
+        if device is not None:
+            return device
         canonical = self.canonicalize(name)
         device = self.opened.get(canonical)
         if device is None:

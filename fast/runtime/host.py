@@ -22,7 +22,6 @@ import ctypes
 import sys
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,20 +38,20 @@ def address_of(raw: np.ndarray) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(raw.data))
 
 
-@dataclass(eq=False)
 class HostMemory:
     """`nbytes` of host memory at byte `start` of `owner`, the whole raw allocation (shared by every
     view made with `offset`, so a view keeps the memory alive). `owner` is None once freed.
-    `origin` is the address of owner's first byte (asking numpy for it costs microseconds)."""
+    `origin` is the address of owner's first byte (asking numpy for it costs microseconds). A plain
+    slotted class: one is made per allocation, on the path of every realize."""
 
-    owner: np.ndarray | None
-    start: int
-    nbytes: int
-    origin: int = -1  # -1: not given, taken from `owner` at creation
+    __slots__ = ("owner", "start", "nbytes", "origin")
 
-    def __post_init__(self) -> None:
-        if self.origin < 0 and self.owner is not None:
-            self.origin = address_of(self.owner)
+    def __init__(self, owner: np.ndarray | None, start: int, nbytes: int, origin: int = -1) -> None:
+        self.owner, self.start, self.nbytes = owner, start, nbytes
+        self.origin = address_of(owner) if origin < 0 and owner is not None else origin  # -1: not given
+
+    def __repr__(self) -> str:
+        return f"HostMemory(start={self.start}, nbytes={self.nbytes}, freed={self.owner is None})"
 
     def window(self) -> np.ndarray:
         if self.owner is None:
