@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple
 
 from fast.device import Buffer
 from fast.engine.schedule import ScheduleItem
@@ -64,10 +65,37 @@ def parallel_prefix(items: Sequence[ScheduleItem], min_work: int) -> int:
     return large[-1] + 1 if large else len(items)
 
 
+def in_lane() -> bool:
+    """Whether this thread is running a lane now (a CUSTOM function that realizes): it then runs
+    its items sequentially."""
+    return getattr(_LOCAL, "in_lane", False)  # type: ignore[no-any-return]
+
+
+class LanePlan(NamedTuple):
+    """How a schedule runs in lanes: items[:cut] in `lanes`, each waiting for `waits[i]` (items of
+    other lanes), the rest on the caller's thread afterwards. A function of the items' devices,
+    sizes and memory, so a replayed schedule keeps the plan of its template."""
+
+    cut: int
+    lanes: list[list[int]]
+    waits: list[list[int]]
+
+
+def lane_plan(items: Sequence[ScheduleItem], min_work: int) -> LanePlan | None:
+    """The plan for running `items` in lanes, or None when it is not worth it (module docstring)."""
+    cut = parallel_prefix(items, min_work)
+    lanes = _lanes(items[:cut], min_work)
+    return None if lanes is None else LanePlan(cut, lanes, _waits(items[:cut], lanes))
+
+
 def parallel_lanes(items: Sequence[ScheduleItem], min_work: int) -> list[list[int]] | None:
     """Item indices per lane (schedule order; lanes in order of their first item) when running the
     lanes concurrently is worth it (see the module docstring), else None."""
-    if len(items) < 2 or getattr(_LOCAL, "in_lane", False):
+    return None if in_lane() else _lanes(items, min_work)
+
+
+def _lanes(items: Sequence[ScheduleItem], min_work: int) -> list[list[int]] | None:
+    if len(items) < 2:
         return None
     first = items[0].bufs[0].device
     if all(item.bufs[0].device == first for item in items):
@@ -117,18 +145,24 @@ def _pool(size: int) -> ThreadPoolExecutor:
         return _POOL
 
 
+def _waits(items: Sequence[ScheduleItem], lanes: list[list[int]]) -> list[list[int]]:
+    """Per item, the items of other lanes it depends on (`dependencies`)."""
+    lane_number = [0] * len(items)
+    for number, indices in enumerate(lanes):
+        for index in indices:
+            lane_number[index] = number
+    return [[dep for dep in deps if lane_number[dep] != lane_number[index]]
+            for index, deps in enumerate(dependencies(items))]
+
+
 class LaneRun:
     """One parallel run. Everything mutable (`finished`, `errors`, `stop_at`, `running`: lanes running
     an item now) is guarded by `state`, whose waiters are lanes waiting for another lane's item."""
 
-    def __init__(self, items: Sequence[ScheduleItem], lanes: list[list[int]], run_one: RunOne) -> None:
+    def __init__(self, items: Sequence[ScheduleItem], lanes: list[list[int]], run_one: RunOne,
+                 waits: list[list[int]] | None = None) -> None:
         self.items, self.lanes, self.run_one = items, lanes, run_one
-        lane_number = [0] * len(items)
-        for number, indices in enumerate(lanes):
-            for index in indices:
-                lane_number[index] = number
-        self.waits = [[dep for dep in deps if lane_number[dep] != lane_number[index]]
-                      for index, deps in enumerate(dependencies(items))]
+        self.waits = _waits(items, lanes) if waits is None else waits
         self.finished = [False] * len(items)
         self.errors: dict[int, BaseException] = {}
         self.stop_at = len(items)  # items after this index are not started
@@ -205,8 +239,9 @@ class LaneRun:
             self.state.notify_all()
 
 
-def run_parallel(items: Sequence[ScheduleItem], lanes: list[list[int]], run_one: RunOne) -> None:
+def run_parallel(items: Sequence[ScheduleItem], lanes: list[list[int]], run_one: RunOne,
+                 waits: list[list[int]] | None = None) -> None:
     """Run `items` lane by lane concurrently (`lanes` from `parallel_lanes`; see the module docstring);
     `run_one(index, item)` runs one item and does its bookkeeping. Raises the earliest error in
     schedule order."""
-    LaneRun(items, lanes, run_one).run()
+    LaneRun(items, lanes, run_one, waits).run()

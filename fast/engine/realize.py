@@ -313,40 +313,44 @@ def _compile_ahead(items: Sequence[ScheduleItem]) -> None:
                 continue
 
 
-def _run_devices_in_parallel(items: Sequence[ScheduleItem], debug: int) -> bool:
+def _run_devices_in_parallel(items: Sequence[ScheduleItem], debug: int, plans: list[Any] | None) -> bool:
     """Run the items with each device's items on its own thread (engine/parallel.py) when config
-    `parallel_devices` is on and `parallel.parallel_lanes` finds it worth it; False (nothing run)
-    otherwise."""
+    `parallel_devices` is on and `parallel.lane_plan` finds it worth it; False (nothing run)
+    otherwise. `plans`: a replayed template's memo of its plan (empty until the first replay)."""
     first = items[0].bufs[0].device
     if all(item.bufs[0].device == first for item in items) or not config.get().parallel_devices:
         return False  # the common single-device schedule: decided in a few attribute reads
     from fast.engine import parallel  # here, not at the top: the single-device path never needs it
 
-    min_work = config.get().parallel_devices_min_work
-    cut = parallel.parallel_prefix(items, min_work)
-    lanes = parallel.parallel_lanes(items[:cut], min_work)
-    if lanes is None:
+    if plans:
+        plan = plans[0]
+    else:
+        plan = parallel.lane_plan(items, config.get().parallel_devices_min_work)
+        if plans is not None:
+            plans.append(plan)
+    if plan is None or parallel.in_lane():
         return False
     _compile_ahead(items)
-    parallel.run_parallel(items[:cut], lanes,
-                          lambda number, item: _run_and_record(number, item, debug, parallel.PRINT_LOCK))
-    for number in range(cut, len(items)):  # the small items after the last large one: no hand-offs
+    parallel.run_parallel(items[:plan.cut], plan.lanes,
+                          lambda number, item: _run_and_record(number, item, debug, parallel.PRINT_LOCK), plan.waits)
+    for number in range(plan.cut, len(items)):  # the small items after the last large one: no hand-offs
         _run_and_record(number, items[number], debug)
     return True
 
 
-def run_schedule(items: Sequence[ScheduleItem]) -> None:
+def run_schedule(items: Sequence[ScheduleItem], plans: list[Any] | None = None) -> None:
     """Run the items (see the module docstring for what is printed). Items on one device run in
     schedule order; items on different devices run concurrently when they do not depend on each
     other (engine/parallel.py), and their DEBUG=2 lines then follow completion order. The first
-    error in schedule order is raised; items after it are not started."""
+    error in schedule order is raised; items after it are not started. `plans`: see
+    `_run_devices_in_parallel`."""
     debug = config.get().debug
     for observe in SCHEDULE_OBSERVERS:
         observe(items)
     if "schedule" in dump_stages():
         for number, item in enumerate(items):
             print(f"schedule {number}: {item.ast.op.name} bufs={list(item.bufs)}")
-    if len(items) > 1 and _run_devices_in_parallel(items, debug):
+    if len(items) > 1 and _run_devices_in_parallel(items, debug, plans):
         return
     for number, item in enumerate(items):
         _run_and_record(number, item, debug)
@@ -387,7 +391,7 @@ def _replay(template: replay.Template, signature: replay.Signature) -> int | Non
     if not same_values and bits is None:
         return None
     if not plain:
-        run_schedule(replay.instantiate(template, signature))
+        run_schedule(replay.instantiate(template, signature), template.plans)
         return len(template.items)
     buffers = replay.buffers_of(template, signature)
     kernels = template.kernels if bits is None and template.kernels else _template_kernels(template, buffers, bits)

@@ -64,6 +64,7 @@ class Template:
     slot_maps: tuple[tuple[int, ...], ...] = ()
     structures: tuple[Any, ...] = ()
     kernels: list[Any] = field(default_factory=list, compare=False)  # per item, found on first replay
+    plans: list[Any] = field(default_factory=list, compare=False)  # its lane plan, found on first replay
 
 
 def _arg_key(base: LazyBuffer) -> Any:
