@@ -10,12 +10,15 @@ checked exactly as the scheduler checks them. Only schedules whose items are ker
 over the graph's own buffers are recorded (`record`); one-device kernel-only templates run directly
 (`Template.direct`), the others through `run_schedule` (devices in parallel, copies).
 
-The key (`Signature.key`) holds, per unrealized base in a fixed walk order: op, arg (constants by
-their bits), dtype, shape, device and, per source, whether it is an unrealized base (by number) or
-a realized one (by number among the distinct realized bases) and the view it is read through; plus
-the outputs' views and the configuration. Equal keys give equal fusion decisions and equal kernel
-ASTs, so the recorded items, with each buffer replaced by the same-numbered base's buffer, are the
-schedule of the new graph. The cache is a small LRU (`MAX_TEMPLATES`).
+The key (`Signature.key`) holds, per unrealized base in a fixed walk order: op, arg, dtype, shape,
+device and, per source, whether it is an unrealized base (by number) or a realized one (by number
+among the distinct realized bases) and the view it is read through; plus the outputs' views and
+the configuration. A constant's value is not in the key: constants are slots, one per distinct
+(dtype, bit pattern) in first-appearance order (`Signature.consts`), so the key records which
+constants are equal but not what they hold. Equal keys give equal fusion decisions and kernel ASTs
+equal up to constant values, so the recorded items, with each buffer replaced by the same-numbered
+base's buffer, are the schedule of the new graph; new constant values reach the kernels as
+parameters (`slot_bits`, realize.kernel_for). The cache is a small LRU (`MAX_TEMPLATES`).
 """
 from __future__ import annotations
 
