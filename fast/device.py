@@ -42,7 +42,6 @@ class Allocator(Protocol):
 
 
 @functools.lru_cache(maxsize=1024)
-@functools.lru_cache(maxsize=256)
 def _canonical(name: str) -> str:
     if name.startswith("DISK:") and len(name) > len("DISK:"):
         return name

@@ -89,6 +89,12 @@ class Structure:
 
 def kernel_keys(ast: LazyOp) -> tuple[Structure, tuple[int, ...]]:
     """(structure, bits) of a kernel AST (module docstring), in linear time."""
+    structure, slots = kernel_slots(ast)
+    return structure, tuple(bits for _, bits in slots)
+
+
+def kernel_slots(ast: LazyOp) -> tuple[Structure, list[tuple[DType, int]]]:
+    """(structure, (dtype, bits) of each constant slot in slot order) of a kernel AST."""
     nodes = ast.walk()
     position = {id(node): index for index, node in enumerate(nodes)}
     slots: dict[tuple[DType, int], int] = {}
@@ -99,16 +105,7 @@ def kernel_keys(ast: LazyOp) -> tuple[Structure, tuple[int, ...]]:
             slot = slots.setdefault((arg.dtype, const_bits(arg.val, arg.dtype)), len(slots))
             arg = ("const", arg.dtype, arg.st, slot)
         structure.append((node.op, arg, tuple(position[id(src)] for src in node.src)))
-    return Structure(tuple(structure)), tuple(bits for _, bits in slots)
-
-
-def slot_keys(ast: LazyOp) -> list[tuple[DType, int]]:
-    """(dtype, bits) of each constant slot of `ast`, in slot order."""
-    slots: dict[tuple[DType, int], int] = {}
-    for node in ast.walk():
-        if node.op is BufferOps.CONST:
-            slots.setdefault((node.arg.dtype, const_bits(node.arg.val, node.arg.dtype)), len(slots))
-    return list(slots)
+    return Structure(tuple(structure)), list(slots)
 
 
 def const_slots(ast: LazyOp) -> dict[int, int]:

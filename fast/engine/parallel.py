@@ -16,13 +16,14 @@ Threads. `launch` splits a large kernel over `cpu.thread_count()` threads; while
 item (a lane waiting for another lane does not count), each kernel gets `max(1, thread_count() // k)`
 (`launch.thread_cap`). Results never depend on the thread count.
 
-When it is not worth it. `parallel_lanes` returns None, and the caller runs the items sequentially on
-its own thread with no thread round trip, when every item's output is on one device, when fewer than
-two lanes touch at least `min_work` bytes (waking a thread costs tens of microseconds), or when called
-from inside a lane (a CUSTOM function that realizes). Only the items up to the last one touching at
-least `min_work` bytes run in lanes (`parallel_prefix`); the small items after it (the tail of a
-sharded reduction's all-reduce: partial sums copied and added) run on the caller's thread once every
-lane has finished, in schedule order, instead of handing each other off between threads.
+When it is not worth it. `lane_plan` returns None, and the caller runs the items sequentially on
+its own thread with no thread round trip, when every item's output is on one device or when fewer
+than two lanes touch at least `min_work` bytes (waking a thread costs tens of microseconds); so does
+a call from inside a lane (`in_lane`: a CUSTOM function that realizes). Only the items up to the
+last one touching at least `min_work` bytes run in lanes (`parallel_prefix`); the small items after
+it (the tail of a sharded reduction's all-reduce: partial sums copied and added) run on the
+caller's thread once every lane has finished, in schedule order, instead of handing each other off
+between threads.
 """
 from __future__ import annotations
 
@@ -84,17 +85,13 @@ class LanePlan(NamedTuple):
 def lane_plan(items: Sequence[ScheduleItem], min_work: int) -> LanePlan | None:
     """The plan for running `items` in lanes, or None when it is not worth it (module docstring)."""
     cut = parallel_prefix(items, min_work)
-    lanes = _lanes(items[:cut], min_work)
+    lanes = parallel_lanes(items[:cut], min_work)
     return None if lanes is None else LanePlan(cut, lanes, _waits(items[:cut], lanes))
 
 
 def parallel_lanes(items: Sequence[ScheduleItem], min_work: int) -> list[list[int]] | None:
     """Item indices per lane (schedule order; lanes in order of their first item) when running the
     lanes concurrently is worth it (see the module docstring), else None."""
-    return None if in_lane() else _lanes(items, min_work)
-
-
-def _lanes(items: Sequence[ScheduleItem], min_work: int) -> list[list[int]] | None:
     if len(items) < 2:
         return None
     first = items[0].bufs[0].device
@@ -241,7 +238,7 @@ class LaneRun:
 
 def run_parallel(items: Sequence[ScheduleItem], lanes: list[list[int]], run_one: RunOne,
                  waits: list[list[int]] | None = None) -> None:
-    """Run `items` lane by lane concurrently (`lanes` from `parallel_lanes`; see the module docstring);
+    """Run `items` lane by lane concurrently (`lanes` and `waits` from `lane_plan`; see the module docstring);
     `run_one(index, item)` runs one item and does its bookkeeping. Raises the earliest error in
     schedule order."""
     LaneRun(items, lanes, run_one, waits).run()

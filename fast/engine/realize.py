@@ -366,33 +366,36 @@ def realize(*buffers: Any) -> None:
     for observe in REALIZE_OBSERVERS:
         observe(outs)
     signature, template = replay.prepare(outs)
-    if signature is not None and template is not None and _replay(template, signature) is not None:
+    if signature is not None and template is not None and _replay(template, signature):
         for number in template.realized:
             if signature.bases[number].realized is not None:
                 signature.bases[number].srcs = ()
-        asts = [ast for ast, _ in template.items]
-    else:
-        steps = _schedule_and_run(outs)
-        asts = [step.item.ast for step in steps]
-        if signature is not None and (recorded := replay.record(signature, steps)) is not None:
-            replay.TEMPLATES.store(signature.key, recorded)
-    if config.get().debug >= 1 and asts:
-        kernels = sum(ast.op is KernelOps.SINK for ast in asts)
-        print(f"realize: {len(asts)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+        _print_realized(start, lambda: [ast for ast, _ in template.items])
+        return
+    steps = _schedule_and_run(outs)
+    if signature is not None and (recorded := replay.record(signature, steps)) is not None:
+        replay.TEMPLATES.store(signature.key, recorded)
+    _print_realized(start, lambda: [step.item.ast for step in steps])
 
 
-def _replay(template: replay.Template, signature: replay.Signature) -> int | None:
-    """Run a recorded schedule over the graph of `signature`; the number of items run, or None
-    (nothing run) when the graph's constants differ from the recorded ones and the template cannot
-    take new values."""
+def _print_realized(start: float, asts: Callable[[], list[LazyOp]]) -> None:
+    """DEBUG >= 1: one line per realize that ran anything (`asts`: what it ran, asked for only then)."""
+    if config.get().debug >= 1 and (ran := asts()):
+        kernels = sum(ast.op is KernelOps.SINK for ast in ran)
+        print(f"realize: {len(ran)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
+
+
+def _replay(template: replay.Template, signature: replay.Signature) -> bool:
+    """Run a recorded schedule over the graph of `signature`; False (nothing run) when the graph's
+    constants differ from the recorded ones and the template cannot take new values."""
     same_values = signature.consts == list(template.consts)
     plain = template.direct and config.get().debug < 2 and not dump_stages()
     bits = None if same_values or not plain else replay.slot_bits(template, signature)
     if not same_values and bits is None:
-        return None
+        return False
     if not plain:
         run_schedule(replay.instantiate(template, signature), template.plans)
-        return len(template.items)
+        return True
     buffers = replay.buffers_of(template, signature)
     kernels = template.kernels if bits is None and template.kernels else _template_kernels(template, buffers, bits)
     for (ast, _), bufs, (kernel, constants) in zip(template.items, buffers, kernels, strict=True):
@@ -401,7 +404,7 @@ def _replay(template: replay.Template, signature: replay.Signature) -> int | Non
         program = kernel.program
         launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
                program.mem_bytes + program.flops)
-    return len(template.items)
+    return True
 
 
 def _template_kernels(template: replay.Template, buffers: list[tuple[Buffer, ...]],

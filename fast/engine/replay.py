@@ -22,7 +22,6 @@ parameters (`slot_bits`, realize.kernel_for). The cache is a small LRU (`MAX_TEM
 """
 from __future__ import annotations
 
-import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -30,11 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fast import config
-from fast.codegen.const_args import const_bits, kernel_keys, slot_keys
+from fast.codegen.const_args import const_bits, kernel_slots
 from fast.device import Buffer
 from fast.dtype import DType
 from fast.engine.schedule import ScheduleItem, Step, check_stale_outputs
 from fast.lazy import LazyBuffer
+from fast.lazy_keys import arg_key
 from fast.ops import BinaryOps, KernelOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 
 MAX_TEMPLATES = 256
@@ -70,13 +70,6 @@ class Template:
     plans: list[Any] = field(default_factory=list, compare=False)  # its lane plan, found on first replay
 
 
-def _arg_key(base: LazyBuffer) -> Any:
-    arg = base.arg
-    if isinstance(arg, float):
-        return ("f", struct.pack("<d", arg))
-    return (type(arg).__name__, arg) if base.op is LoadOps.CONST else arg
-
-
 _REPLAYABLE = frozenset(id(op) for kind in (*_ELEMENTWISE, ReduceOps) for op in kind) | {id(LoadOps.CONST)}
 
 
@@ -89,8 +82,7 @@ def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
     op, device = base.op, base.device
     replayable = not device.startswith("DISK") and not base.st.symbolic and (
         not base.srcs[0].device.startswith("DISK") if op is LoadOps.COPY else id(op) in _REPLAYABLE)
-    arg = base.arg  # a constant's value is a slot (`_Walk.entry`); floats by their bits
-    arg = None if op is LoadOps.CONST else arg if arg is None or type(arg) is tuple else _arg_key(base)
+    arg = None if op is LoadOps.CONST else arg_key(base.arg)  # a constant's value is a slot (`_Walk.entry`)
     entry = ((id(op), base.shape), arg, base.dtype, device) if replayable else ()
     base.engine_memo = entry
     return entry
@@ -157,7 +149,7 @@ class _Walk:
     def entry(self, base: LazyBuffer) -> tuple[Any, ...] | None:
         """The key entry of an unrealized base (its static entry and how it reads each source), or
         None when it may not be replayed: forced to realize, or reading memory assigned since.
-        (The hot path of a repeated realize: attribute reads are inlined, no helper calls.)"""
+        (The hot path of a repeated realize: attribute reads are inlined.)"""
         static = base.engine_memo
         if static is None:
             static = _static_entry(base)
@@ -167,16 +159,12 @@ class _Walk:
         if base.op is LoadOps.CONST:
             return (static, self.const_slot(base))
         refs: list[tuple[Any, ...]] = []
-        numbers, leaf_numbers = self.numbers, self.leaf_numbers
+        leaf_numbers = self.leaf_numbers
         for src, version in zip(base.srcs, base.src_versions, strict=True):
             source = src if src._base is None else src._base
             buffer = source._buffer
             if buffer is None or buffer._handle is None:
-                number = numbers.get(id(source))
-                if number is None:
-                    number = numbers[id(source)] = len(self.bases)
-                    self.bases.append(source)
-                refs.append(("b", number, src.st))
+                refs.append(("b", self.base_number(source), src.st))
                 continue
             current = (buffer._base or buffer)._version
             if current > version:
@@ -242,8 +230,7 @@ def _slot_maps(sig: Signature, asts: list[Any]) -> tuple[tuple[tuple[int, ...], 
     maps: list[tuple[int, ...]] = []
     structures: list[Any] = []
     for ast in asts:
-        structure, _ = kernel_keys(ast)
-        keys = slot_keys(ast)
+        structure, keys = kernel_slots(ast)
         if any(key not in numbers for key in keys):
             return (), ()
         maps.append(tuple(numbers[key] for key in keys))

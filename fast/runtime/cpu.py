@@ -35,24 +35,25 @@ def features() -> frozenset[str]:
     return frozenset()
 
 
-def _level(cap: int | None) -> tuple[int, tuple[str, ...]]:
+def _level() -> tuple[int, tuple[str, ...]]:
+    """(register width in bytes, C flags) of the widest SIMD level this host has."""
     if not _is_x86():
         return 16, ()  # aarch64 NEON and other 128-bit baselines
     flags = features()
     for required, width, cflags in _X86_LEVELS:
-        if required <= flags and (cap is None or width <= cap):
+        if required <= flags:
             return width, cflags
     return 16, ()  # SSE2 is part of x86-64
 
 
-def vector_bytes(cap: int | None = None) -> int:
-    """The SIMD register width kernels are vectorized for, at most `cap` bytes (0 with NOOPT=1)."""
-    return 0 if config.get().noopt else _level(cap)[0]
+def vector_bytes() -> int:
+    """The SIMD register width kernels are vectorized for (0 with NOOPT=1)."""
+    return 0 if config.get().noopt else _level()[0]
 
 
-def c_flags(cap: int | None = None) -> tuple[str, ...]:
-    """C compiler flags that enable the detected SIMD level up to `cap` bytes (never -march=native)."""
-    return () if config.get().noopt else _level(cap)[1]
+def c_flags() -> tuple[str, ...]:
+    """C compiler flags that enable the detected SIMD level (never -march=native)."""
+    return () if config.get().noopt else _level()[1]
 
 
 #: Outputs at least this large are written with non-temporal stores where the host has them
