@@ -133,7 +133,8 @@ def compile_item(ast: LazyOp, device: str, const_params: bool = False) -> Compil
     if debug >= 4 or "source" in stages:
         print(f"--- source ({device})\n{source}")
     library = compiled.compiler.compile_cached(source)
-    return CompiledKernel(program, source, compiled.runtime(program.name, library))
+    launch_dims = compiled.renderer.launch_dims(program)
+    return CompiledKernel(program, source, compiled.runtime(program.name, library, launch_dims))
 
 
 def get_kernel(device: str, ast: LazyOp) -> tuple[CompiledKernel, tuple[int, ...]]:

@@ -99,6 +99,10 @@ class Renderer(ABC):
 
     options: RendererOptions = RendererOptions()
 
+    def launch_dims(self, program: LinearProgram) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+        """(grid, block) sizes a GPU launches the rendered kernel with; None for CPU renderers."""
+        return None
+
     @abstractmethod
     def render(self, program: LinearProgram) -> str:
         """Source text defining one function named `program.name` whose parameters are the buffers

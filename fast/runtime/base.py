@@ -12,7 +12,9 @@ Contracts:
   `config.get().cache_dir` keyed by sha256(compiler identity, flags, source) when present; writes are
   atomic (temp file in the same directory + `os.replace`) so parallel processes can share the cache.
   `config.get().disable_compile_cache` bypasses the cache entirely.
-- `Compiled.runtime(function_name, lib) -> Program`; `Program(*handles, vals=(), wait=False)` runs the
+- `Compiled.runtime(function_name, lib, launch_dims) -> Program`, `launch_dims` being what
+  `Renderer.launch_dims(program)` gave for the kernel (None on CPUs: they ignore it; a GPU's
+  (grid, block) sizes); `Program(*handles, vals=(), wait=False)` runs the
   kernel with the buffers in kernel-parameter order and the symbolic variable values, and returns
   the elapsed seconds when `wait` is true (else None).
 - `COMPILE_COUNTER` counts actual compiler invocations and cache lookups/hits for this process.
@@ -139,4 +141,4 @@ class Compiled:
     allocator: Allocator
     renderer: Renderer
     compiler: Compiler
-    runtime: Callable[[str, bytes], Program]
+    runtime: Callable[[str, bytes, Any], Program]

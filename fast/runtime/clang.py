@@ -51,6 +51,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from fast import config
 from fast.renderer.base import cpu_options
@@ -150,7 +151,8 @@ def load_library(lib: bytes) -> ctypes.CDLL:
 class ClangProgram:
     """One kernel function: `program(*handles, vals=(), wait=False) -> seconds | None`."""
 
-    def __init__(self, name: str, lib: bytes) -> None:
+    def __init__(self, name: str, lib: bytes, launch_dims: Any = None) -> None:
+        """`launch_dims` is None for CPU kernels (Compiled.runtime's contract); it is ignored."""
         self.name = name
         self.library = load_library(lib)
         try:

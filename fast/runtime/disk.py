@@ -38,7 +38,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fast.renderer.base import Renderer, RendererOptions
 from fast.runtime.base import Allocator, Compiled, Compiler, Program
@@ -289,7 +289,7 @@ def create(device_name: str) -> Compiled:
     if not isinstance(device_name, str) or not device_name.startswith(PREFIX) or len(device_name) == len(PREFIX):
         raise ValueError(f"disk.create: {device_name!r} is not a DISK device name (expected DISK:<path>)")
 
-    def runtime(function_name: str, lib: bytes) -> Program:
+    def runtime(function_name: str, lib: bytes, launch_dims: Any = None) -> Program:
         _cannot_compute(device_name, f"load {function_name!r} as")
 
     return Compiled(device_name, DiskAllocator(device_name[len(PREFIX):]), DiskRenderer(device_name),

@@ -156,7 +156,8 @@ def _function_type(buffers: int, variables: int) -> Any:
 class LLVMProgram:
     """One kernel function: `program(*handles, vals=(), wait=False) -> seconds | None`."""
 
-    def __init__(self, name: str, lib: bytes) -> None:
+    def __init__(self, name: str, lib: bytes, launch_dims: Any = None) -> None:
+        """`launch_dims` is None for CPU kernels (Compiled.runtime's contract); it is ignored."""
         self.name = name
         self.address = jit_engine().address(name, lib)
         if self.address == 0:
