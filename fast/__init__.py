@@ -1,7 +1,8 @@
 """fast: the production lazy-tensor package (SPEC §1): lazy graphs fused into kernels, compiled, run.
 
 Top-level API: `LazyBuffer`, `MultiLazyBuffer`, `dtypes`, `DType`, the op enums, `Variable`,
-`from_numpy`, `realize`, `to_numpy`, `schedule`, the `Device` registry, and safetensors files over
+`from_numpy`, `realize`, `to_numpy`, `schedule`, `compile` (ahead of time: the kernels a realize
+would run, compiled, nothing run; fast/engine/compile.py), the `Device` registry, and safetensors files over
 DISK: `safe_load`, `safe_load_metadata`, `safe_save` (fast/safetensors.py), and `xp`, the Array API
 namespace over lazy buffers (fast/xp/; imported last: it is written against the names above), and `debug`
 (fast/debug/: compare with `reference` node by node, graph pictures, GRAPH=1, the DEBUG=2 schedule table).
@@ -9,15 +10,16 @@ namespace over lazy buffers (fast/xp/; imported last: it is written against the 
 from fast.device import Device
 from fast.dtype import DType, dtypes
 from fast.engine import realize, schedule, to_numpy
+from fast.engine.compile import Kernel, compile
 from fast.lazy import LazyBuffer, from_numpy
 from fast.multi import MultiLazyBuffer
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from fast.safetensors import safe_load, safe_load_metadata, safe_save
 from fast.shape.symbolic import Variable
 
-__all__ = ["BinaryOps", "DType", "Device", "LazyBuffer", "LoadOps", "MultiLazyBuffer", "ReduceOps", "TernaryOps",
-           "UnaryOps", "Variable", "debug", "dtypes", "from_numpy", "realize", "safe_load", "safe_load_metadata",
-           "safe_save", "schedule", "to_numpy", "xp"]
+__all__ = ["BinaryOps", "DType", "Device", "Kernel", "LazyBuffer", "LoadOps", "MultiLazyBuffer", "ReduceOps",
+           "TernaryOps", "UnaryOps", "Variable", "compile", "debug", "dtypes", "from_numpy", "realize", "safe_load",
+           "safe_load_metadata", "safe_save", "schedule", "to_numpy", "xp"]
 
 # last, as both build on the names above: debug (compare, graph pictures, GRAPH=1, DEBUG=2) and xp (the
 # Array API front end, written against the public LazyBuffer API)

@@ -53,6 +53,9 @@ DUMP_STAGES = ("schedule", "ast", "ir", "source")
 # SCHEDULE_OBSERVERS with the items of every `run_schedule` before they run. They must not change the graph.
 REALIZE_OBSERVERS: list[Callable[[Sequence[LazyBuffer]], None]] = []
 SCHEDULE_OBSERVERS: list[Callable[[Sequence[ScheduleItem]], None]] = []
+# Called as observer(ast, device, const_params) after `compile_item` compiled a kernel (CI's compile-only
+# checks compile the same kernel for CUDA there: tests/conftest.py, conformance/cuda_compile.py).
+COMPILE_OBSERVERS: list[Callable[[LazyOp, str, bool], None]] = []
 
 
 # ---------------------------------------------------------------- the program cache
@@ -134,6 +137,8 @@ def compile_item(ast: LazyOp, device: str, const_params: bool = False) -> Compil
         print(f"--- source ({device})\n{source}")
     library = compiled.compiler.compile_cached(source)
     launch_dims = compiled.renderer.launch_dims(program)
+    for observe in COMPILE_OBSERVERS:
+        observe(ast, device, const_params)
     return CompiledKernel(program, source, compiled.runtime(program.name, library, launch_dims))
 
 
@@ -153,6 +158,14 @@ def get_kernel(device: str, ast: LazyOp) -> tuple[CompiledKernel, tuple[int, ...
     with _CACHE_LOCK:
         AST_KERNELS[memo_key] = (ast, key, found)
     return found
+
+
+def uses_parameters(device: str, structure: Any, bits: tuple[int, ...]) -> bool:
+    """Whether `get_kernel` would run the parametrized kernel for an AST of `structure` with
+    constants `bits` (not compiled inline yet, and the structure was seen with other values)."""
+    with _CACHE_LOCK:
+        return bool(bits) and ("inline", device, structure, bits) not in PROGRAMS \
+            and ("params", device, structure) in PROGRAMS
 
 
 def kernel_for(device: str, ast: LazyOp, structure: Any, bits: tuple[int, ...],
