@@ -20,6 +20,7 @@ from typing import Any
 
 from fast.codegen import lower
 from fast.codegen.const_args import kernel_keys
+from fast.codegen.ir import LinearProgram
 from fast.device import Device
 from fast.engine.realize import uses_parameters
 from fast.engine.schedule import schedule
@@ -58,9 +59,15 @@ def compile_kernel(ast: LazyOp, device: str, const_params: bool = False, compile
     `compiler` when given (an NVRTC compiler for another GPU architecture, say). Loads nothing.
     `const_params`: the constants become kernel parameters (codegen/const_args.py)."""
     compiled = Device[device]
-    program = lower(ast, compiled.renderer.options, const_params=const_params)
-    source = compiled.renderer.render(program)
+    program, source = render_kernel(ast, device, const_params)
     binary = (compiler or compiled.compiler).compile_cached(source)
     dims = compiled.renderer.launch_dims(program)
     return Kernel(program.name, device, source, binary,
                   dims[0] if dims is not None else None, dims[1] if dims is not None else None)
+
+
+def render_kernel(ast: LazyOp, device: str, const_params: bool = False) -> tuple[LinearProgram, str]:
+    """The lowered program and source text of one kernel AST for `device` (nothing compiled)."""
+    renderer = Device[device].renderer
+    program = lower(ast, renderer.options, const_params=const_params)
+    return program, renderer.render(program)
