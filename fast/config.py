@@ -46,6 +46,10 @@ class Config:
     alloc_poison: bool = False  # ALLOC_POISON: fill memory handed out unzeroed with 0xFF bytes (debugging)
     graph: bool = False  # GRAPH: write a picture of each realize's lazy graph and kernels (fast/debug/hooks.py)
     graph_dir: str = os.path.join(tempfile.gettempdir(), "fast-graphs")  # GRAPH_DIR: where GRAPH=1 writes them
+    nvrtc_path: str = ""  # NVRTC_PATH: libnvrtc.so (or its directory) to use first (runtime/nvrtc.py search order)
+    cuda_path: str = ""  # CUDA_PATH: a CUDA toolkit root; its lib64 is searched for NVRTC
+    cuda_home: str = ""  # CUDA_HOME: the same, searched after CUDA_PATH
+    cuda_arch: str = "sm_90"  # CUDA_ARCH: NVRTC target (sm_XY) when no CUDA driver says the GPU's own (runtime/cuda.py)
 
     def __hash__(self) -> int:
         """Cached: the configuration is part of every schedule-replay key (engine/replay.py)."""
@@ -82,6 +86,10 @@ class Config:
             alloc_poison=bool(_int(env, "ALLOC_POISON", 0)),
             graph=bool(_int(env, "GRAPH", 0)),
             graph_dir=env.get("GRAPH_DIR", "") or Config.graph_dir,
+            nvrtc_path=env.get("NVRTC_PATH", ""),
+            cuda_path=env.get("CUDA_PATH", ""),
+            cuda_home=env.get("CUDA_HOME", ""),
+            cuda_arch=env.get("CUDA_ARCH", "") or Config.cuda_arch,
         )
 
 
