@@ -133,12 +133,19 @@ class Compiler(ABC):
         return lib
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Compiled:
-    """A device: how to allocate, render, compile and load. Two names may share every part."""
+    """A device: how to allocate, render, compile and load. Two names may share every part.
+    `can_run()`: whether this process can allocate and run on it (False for CUDA without a driver,
+    whose kernels can still be rendered and compiled ahead of time)."""
 
     name: str
     allocator: Allocator
     renderer: Renderer
     compiler: Compiler
     runtime: Callable[[str, bytes, Any], Program]
+    can_run: Callable[[], bool] = _always

@@ -263,4 +263,4 @@ def create(device_name: str) -> Compiled:
     from fast.renderer.cuda import CUDARenderer  # written separately; imported only when a device is made
 
     return Compiled(device_name, CudaAllocator(ordinal), CUDARenderer(), NVRTCCompiler(device_arch(ordinal)),
-                    CudaLoader(ordinal))
+                    CudaLoader(ordinal), can_run=lambda: cu.driver_available() and ordinal < cu.device_count())

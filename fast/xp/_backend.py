@@ -67,13 +67,14 @@ class Backend:
     def usable_devices(self) -> tuple[str, ...]:
         """The compute device kinds this process can use: each kind the backend accepts and, when the
         backend has a `Device` registry, the registry can open (opening imports the kind's runtime; a
-        missing runtime or library, e.g. llvmlite for LLVM, raises there and leaves the kind out)."""
+        missing runtime or library, e.g. llvmlite for LLVM, raises there and leaves the kind out) and
+        run on (`can_run`: CUDA needs a driver and a GPU)."""
         usable = []
         for kind in COMPUTE_KINDS:
             try:
                 self.canonical(kind)
-                if self._registry is not None:
-                    self._registry[kind]
+                if self._registry is not None and not getattr(self._registry[kind], "can_run", lambda: True)():
+                    continue
             except (ImportError, RuntimeError, ValueError, OSError):
                 continue
             usable.append(kind)
