@@ -1,8 +1,16 @@
-"""C renderer: a `LinearProgram` as one C11 function with no undefined behaviour.
+"""C renderer: a `LinearProgram` as one C11 function with no undefined behaviour, and the code it
+shares with other C dialects (CUDA C: renderer/cuda.py) through `CDialect`, a value.
 
 Output: `void <name>(T0* restrict data0, ..., int64_t var...)`. Buffers handed to one kernel must
 not overlap, except that an in-place kernel may read an element of its own output at exactly the
 index it writes (the scheduler's assign contract).
+
+What a dialect decides (`CDialect`, data: the renderer never tests a device): the prelude (C headers,
+or typedefs where there are none), the function head and pointer qualifier, the qualifiers of helper
+functions, whether vector extensions exist, the store fence of streamed kernels, and how the
+outermost GLOBAL loops run: as plain loops (CPU: threads get shares through `core, cores`), or as
+grid-stride loops over GPU threads (`grid_map`, renderer/grid.py), a kernel with none of them
+running on its first thread only. Everything about values below holds for every dialect.
 
 How docs/semantics.md is kept (values in C):
 - `bool` is `unsigned char` holding 0/1; loads normalise (`!= 0`), every bool-producing op gives 0/1.
@@ -22,63 +30,32 @@ How docs/semantics.md is kept (values in C):
 """
 from __future__ import annotations
 
-import math
 import re
-
-import numpy as np
+from dataclasses import dataclass
 
 from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram, LoopKind
-from fast.dtype import ConstType, DType, dtypes
-from fast.ops import BinaryOps, TernaryOps, UnaryOps, float32_to_bfloat16_bits
+from fast.dtype import DType, dtypes
+from fast.ops import BinaryOps, TernaryOps, UnaryOps
 from fast.renderer.base import Renderer, RendererOptions
-from fast.renderer.c_vectors import SCALAR_CTYPES, VectorC
+from fast.renderer.c_helpers import (
+    BF16_HELPERS,
+    CTYPES,
+    F16_HELPERS,
+    HALVES,
+    INDEX_HELPERS,
+    bitcast_helper,
+    cast_helper,
+    render_const,
+    suffix,
+)
+from fast.renderer.c_vectors import VectorC
+from fast.renderer.grid import GridMap
 
-CTYPES: dict[DType, str] = SCALAR_CTYPES
-HALVES = (dtypes.float16, dtypes.bfloat16)
-
-_F16_HELPERS = """static inline float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
-  if (exponent == 0x1fu) bits = sign | 0x7f800000u | (mantissa << 13);
-  else if (exponent != 0) bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  else { float value = (float)mantissa * 0x1p-24f; memcpy(&bits, &value, 4); bits |= sign; }
-  float out; memcpy(&out, &bits, 4); return out;
-}
-static inline uint16_t f32_to_f16(float value) {
-  uint32_t x; memcpy(&x, &value, 4);
-  uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) {  /* NaN: keep the top payload bits, and keep it a NaN */
-    uint32_t payload = (ax & 0x7fffffu) >> 13;
-    return (uint16_t)(sign | 0x7c00u | (payload ? payload : 1u));
-  }
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-  if (ax >= 0x38800000u) return (uint16_t)(sign | ((ax + 0x0fffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13));
-  if (ax <= 0x33000000u) return (uint16_t)sign;
-  uint32_t shift = 126u - (ax >> 23), mantissa = (ax & 0x7fffffu) | 0x800000u;
-  uint32_t q = mantissa >> shift, rest = mantissa & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-  q += (rest > half) || (rest == half && (q & 1u));
-  return (uint16_t)(sign | q);
-}
-"""
-_BF16_HELPERS = """static inline float bf16_to_f32(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16; float out; memcpy(&out, &bits, 4); return out;
-}
-static inline uint16_t f32_to_bf16(float value) {
-  uint32_t x; memcpy(&x, &value, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-"""
-_INDEX_HELPERS = """static inline int64_t idx_floordiv(int64_t a, int64_t b) { return a / b - ((a % b) < 0); }
-static inline int64_t idx_floormod(int64_t a, int64_t b) { int64_t r = a % b; return r < 0 ? r + b : r; }
-"""
-
-
-def _suffix(dtype: DType) -> str:
-    return dtype.name
-
+__all__ = ["CTYPES", "HALVES", "CDialect", "C_DIALECT", "CRenderer", "render_c", "render_const"]
+_HELPER_PREFIX = re.compile(r"^static inline ", re.MULTILINE)
 
 def _int_helpers(dtype: DType) -> str:
-    ctype, name = CTYPES[dtype], _suffix(dtype)
+    ctype, name = CTYPES[dtype], suffix(dtype)
     if dtypes.is_unsigned(dtype):
         div, mod = "b == 0 ? 0 : a / b", "b == 0 ? a : a % b"
     else:
@@ -93,56 +70,48 @@ def _float_helpers(ctype: str) -> str:
             "{ return a != a ? a : b != b ? b : a > b ? a : b; }\n")
 
 
-def _cast_bounds(dtype: DType) -> tuple[str, str]:
-    """C conditions on double `x` that hold exactly when trunc(x) fits integer `dtype` (NaN fails both)."""
-    bits = 8 * dtype.itemsize
-    if dtypes.is_unsigned(dtype):
-        return "x > -1.0", f"x < 0x1p{bits}"
-    if bits == 64:  # -2^63 - 1 is not a double; nothing lies strictly between it and -2^63
-        return "x >= -0x1p63", "x < 0x1p63"
-    return f"x > {-(1 << (bits - 1)) - 1}.0", f"x < 0x1p{bits - 1}"
+@dataclass(frozen=True)
+class CDialect:
+    """What differs between the C dialects `_Kernel` writes (module docstring).
+
+    - `prelude`: text before the helpers (headers, typedefs, macros);
+    - `kernel_head`: text before the kernel's name, `{threads}` standing for the block size;
+    - `restrict`: the no-alias qualifier of buffer pointers;
+    - `helper`: the qualifiers replacing `static inline` on helper functions;
+    - `vectors`: GCC/clang vector extensions are available (else vector dtypes are an error);
+    - `store_fence`: the statement ending a kernel that streamed stores;
+    - `thread_index` / `thread_count`: int64 expressions of this thread's number and of the threads
+      in the launch: set, the outermost GLOBAL loops become grid-stride loops (`GridMap`); empty, all
+      loops are plain loops;
+    - `first_thread_only`: the statement that opens a kernel without grid-stride loops, so that only
+      its first thread runs it (empty for CPU dialects)."""
+
+    prelude: str
+    kernel_head: str
+    restrict: str
+    helper: str
+    vectors: bool
+    store_fence: str
+    thread_index: str = ""
+    thread_count: str = ""
+    first_thread_only: str = ""
 
 
-def _cast_helper(dtype: DType) -> str:
-    low, high = _cast_bounds(dtype)
-    ctype = CTYPES[dtype]
-    return f"static inline {ctype} f2i_{_suffix(dtype)}(double x) {{ return ({low} && {high}) ? ({ctype})x : 0; }}\n"
-
-
-def _bitcast_helper(source: DType, target: DType) -> str:
-    return (f"static inline {CTYPES[target]} bitcast_{_suffix(source)}_{_suffix(target)}({CTYPES[source]} x) "
-            f"{{ {CTYPES[target]} y; memcpy(&y, &x, sizeof y); return y; }}\n")
-
-
-def render_const(value: ConstType, dtype: DType) -> str:
-    """An exact C literal of `dtype`'s C type (half floats as their bit pattern)."""
-    if dtype == dtypes.bool:
-        return "1" if value else "0"
-    if dtype in HALVES:
-        bits = int(np.array(value, np.float16).view(np.uint16)) if dtype == dtypes.float16 \
-            else float32_to_bfloat16_bits(float(value))
-        return f"((uint16_t)0x{bits:04x})"
-    if dtypes.is_int(dtype):
-        if dtype == dtypes.int64 and value == dtypes.min(dtypes.int64):
-            return "(-9223372036854775807LL - 1)"
-        literal = f"{value}ULL" if dtype == dtypes.uint64 else f"{value}LL"
-        return literal if dtype == dtypes.int64 else f"(({CTYPES[dtype]}){literal})"
-    value = float(value)
-    cast = "(float)" if dtype == dtypes.float32 else "(double)"
-    if math.isnan(value):
-        return f"{cast}NAN"
-    if math.isinf(value):
-        return f"{cast}{'-' if value < 0 else ''}INFINITY"
-    # repr is the shortest decimal that reads back as this double; the value is exact in `dtype`, so
-    # the compiler's correctly rounded parse of it (as float for the f suffix) gives the same value
-    return repr(value) + ("f" if dtype == dtypes.float32 else "")
+C_DIALECT = CDialect(prelude="#include <stdint.h>\n#include <string.h>\n#include <math.h>\n", kernel_head="void ",
+                     restrict="restrict", helper="static inline", vectors=True, store_fence="_mm_sfence();")
 
 
 class _Kernel:
-    """Renders one program; `helpers` collects the helper functions the body needs."""
+    """Renders one program in one dialect; `helpers` collects the helper functions the body needs.
+    `grid`: the loops that become grid-stride loops (dialects with `thread_index` only); `threads`:
+    the block size the kernel head promises (`{threads}` of `CDialect.kernel_head`)."""
 
-    def __init__(self, program: LinearProgram, register_bytes: int = 0) -> None:
-        self.program, self.register_bytes = program, register_bytes
+    def __init__(self, program: LinearProgram, register_bytes: int = 0, dialect: CDialect = C_DIALECT,
+                 grid: GridMap | None = None, threads: int = 1) -> None:
+        self.program, self.register_bytes, self.dialect = program, register_bytes, dialect
+        self.grid, self.threads = grid, threads
+        self.grid_heads = grid.heads if grid is not None else {}
+        self.folded = grid.folded if grid is not None else frozenset()
         self.streams = 0  # non-temporal stores emitted: the kernel then ends with a store fence
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
@@ -153,21 +122,24 @@ class _Kernel:
         return CTYPES[dtype] if dtype.count == 1 else self.vectors.ctype(dtype)
 
     def need(self, name: str, source: str) -> str:
-        self.helpers.setdefault(name, source)
+        """Register helper `source` (its `static inline` functions get the dialect's qualifiers)."""
+        if name not in self.helpers:
+            helper = self.dialect.helper
+            self.helpers[name] = source if helper == "static inline" else _HELPER_PREFIX.sub(helper + " ", source)
         return name
 
     def decode(self, dtype: DType, expr: str) -> str:
         """`expr` as a C float/double/integer value of the compute type (half -> float)."""
         if dtype not in HALVES:
             return expr
-        self.need(dtype.name, _F16_HELPERS if dtype == dtypes.float16 else _BF16_HELPERS)
+        self.need(dtype.name, F16_HELPERS if dtype == dtypes.float16 else BF16_HELPERS)
         return f"{'f16' if dtype == dtypes.float16 else 'bf16'}_to_f32({expr})"
 
     def encode(self, dtype: DType, expr: str) -> str:
         """A float expression rounded to `dtype` (identity for non-half dtypes)."""
         if dtype not in HALVES:
             return expr
-        self.need(dtype.name, _F16_HELPERS if dtype == dtypes.float16 else _BF16_HELPERS)
+        self.need(dtype.name, F16_HELPERS if dtype == dtypes.float16 else BF16_HELPERS)
         return f"f32_to_{'f16' if dtype == dtypes.float16 else 'bf16'}({expr})"
 
     def int_alu(self, op: object, dtype: DType, a: list[str]) -> str:
@@ -181,7 +153,7 @@ class _Kernel:
             return f"({ctype})((uint64_t){a[0]} * (uint64_t){a[1]} + (uint64_t){a[2]})"
         if op in (BinaryOps.DIV, BinaryOps.MOD):
             self.need(f"divmod_{dtype.name}", _int_helpers(dtype))
-            return f"{'div' if op is BinaryOps.DIV else 'mod'}_{_suffix(dtype)}({a[0]}, {a[1]})"
+            return f"{'div' if op is BinaryOps.DIV else 'mod'}_{suffix(dtype)}({a[0]}, {a[1]})"
         if op is BinaryOps.MAX:
             return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
         if op is BinaryOps.XOR:
@@ -222,7 +194,7 @@ class _Kernel:
             return f"({value} != 0)"
         if dtypes.is_int(target):
             if dtypes.is_float(source):
-                return f"{self.need(f'f2i_{target.name}', _cast_helper(target))}((double){value})"
+                return f"{self.need(f'f2i_{target.name}', cast_helper(target))}((double){value})"
             return f"({CTYPES[target]}){value}"
         if target in HALVES:
             return self.encode(target, value if source == dtypes.float32 or source in HALVES else f"(float){value}")
@@ -236,8 +208,8 @@ class _Kernel:
             return self.cast(src_types[0], instr.dtype, a[0])  # type: ignore[arg-type]
         if op is UnaryOps.BITCAST:
             source, target = src_types[0], instr.dtype
-            name = f"bitcast_{_suffix(source)}_{_suffix(target)}"  # type: ignore[arg-type]
-            return f"{self.need(name, _bitcast_helper(source, target))}({a[0]})"  # type: ignore[arg-type]
+            name = f"bitcast_{suffix(source)}_{suffix(target)}"  # type: ignore[arg-type]
+            return f"{self.need(name, bitcast_helper(source, target))}({a[0]})"  # type: ignore[arg-type]
         if op in (BinaryOps.CMPLT, BinaryOps.CMPEQ):
             x = [self.decode(dtype, arg) for arg in a]
             if dtype == dtypes.bool and op is BinaryOps.CMPLT:
@@ -251,7 +223,7 @@ class _Kernel:
 
     def index(self, op: IndexOps, a: list[str]) -> str:
         if op in (IndexOps.FLOORDIV, IndexOps.FLOORMOD):
-            self.need("index", _INDEX_HELPERS)
+            self.need("index", INDEX_HELPERS)
             return f"idx_floor{'div' if op is IndexOps.FLOORDIV else 'mod'}({a[0]}, {a[1]})"
         symbol = {IndexOps.ADD: "+", IndexOps.MUL: "*", IndexOps.NONNEG_DIV: "/", IndexOps.NONNEG_MOD: "%",
                   IndexOps.CMPLT: "<", IndexOps.AND: "&"}[op]
@@ -271,11 +243,9 @@ class _Kernel:
             self.names[number] = f"var{self.program.var_names.index(instr.arg)}"
             return None
         if op is IROps.LOOP:
-            name = ("gidx" if instr.arg is LoopKind.GLOBAL else "ridx") + str(number)
-            self.names[number] = name
-            return f"for (int64_t {name} = {a[0]}; {name} < {a[1]}; {name}++) {{"
+            return self.loop(number, instr, a)
         if op is IROps.ENDLOOP:
-            return "}"
+            return None if instr.srcs[0] in self.folded else "}"
         if op is IROps.STORE:
             return self.store(instr, types[1], a)  # type: ignore[arg-type]
         if op is IROps.ASSIGN:
@@ -289,6 +259,40 @@ class _Kernel:
         expr = self.expression(instr, types, a)  # type: ignore[arg-type]
         self.names[number] = name
         return f"const {self.ctype(instr.dtype)} {name} = {expr};"  # type: ignore[arg-type]
+
+    def loop(self, number: int, instr: Instr, a: list[str]) -> str | None:
+        """A LOOP: a plain counted loop, a grid-stride loop (the head of a `GridMap` group, with
+        the counters of the loops flattened into it), or nothing (a loop flattened into its head)."""
+        name = ("gidx" if instr.arg is LoopKind.GLOBAL else "ridx") + str(number)
+        self.names[number] = name
+        if number in self.folded:
+            return None
+        group = self.grid_heads.get(number)
+        if group is None:
+            return f"for (int64_t {name} = {a[0]}; {name} < {a[1]}; {name}++) {{"
+        first, step = self.dialect.thread_index, self.dialect.thread_count
+        if len(group) == 1:  # starts at 0 (grid.py)
+            return f"for (int64_t {name} = {first}; {name} < {a[1]}; {name} += {step}) {{"
+        ends = [self.hoisted(self.program.instrs[loop].srcs[1]) for loop in group]
+        flat = f"flat{number}"
+        lines = [f"for (int64_t {flat} = {first}; {flat} < {' * '.join(ends)}; {flat} += {step}) {{"]
+        for position, loop in enumerate(group):
+            self.names[loop] = name = f"gidx{loop}"  # the folded loops keep this name (`loop` above)
+            inner = ends[position + 1:]
+            value = f"({flat} / ({' * '.join(inner)}))" if inner else flat
+            value = f"({value} % {ends[position]})" if position > 0 else value
+            lines.append(f"const int64_t {name} = {value};")
+        return "\n".join(lines)
+
+    def hoisted(self, number: int) -> str:
+        """The C expression of a value a grid-stride loop's head uses before its definition's turn
+        comes (grid.py: a CONST, a DEFINE_VAR, or a value defined before the loop)."""
+        if number in self.names:
+            return self.names[number]
+        instr = self.program.instrs[number]
+        if instr.op is IROps.CONST:
+            return render_const(instr.arg, instr.dtype.scalar())  # type: ignore[union-attr]
+        return f"var{self.program.var_names.index(instr.arg)}"
 
     def store(self, instr: Instr, value_type: DType, a: list[str]) -> str:
         """A STORE: scalar, vector, or streamed vector (codegen/streaming.py), under its `valid`."""
@@ -322,22 +326,23 @@ class _Kernel:
         return self.alu(instr, types, a)
 
     def source(self) -> str:
-        depth = 1
+        dialect, depth = self.dialect, 1
+        if dialect.thread_index and self.grid is not None and self.grid.single:
+            self.lines.append("  " + dialect.first_thread_only)
         for number, instr in enumerate(self.program.instrs):
-            line = self.statement(number, instr)
-            if line is None:
-                continue
-            depth -= line == "}"
-            self.lines.append("  " * depth + line)
-            depth += line.endswith("{")
-        params = [f"{CTYPES[b.dtype]}* restrict data{b.idx}" for b in self.program.buffers]
+            text = self.statement(number, instr)
+            for line in () if text is None else text.split("\n"):
+                depth -= line == "}"
+                self.lines.append("  " * depth + line)
+                depth += line.endswith("{")
+        params = [f"{CTYPES[b.dtype]}* {dialect.restrict} data{b.idx}" for b in self.program.buffers]
         params += [f"int64_t var{i}" for i in range(len(self.program.var_names))]
         comments = "".join(f"/* var{i} = {n} */\n" for i, n in enumerate(self.program.var_names)
                            if re.fullmatch(r"[A-Za-z0-9_]+", n))
-        head = "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
-        fence = "\n  _mm_sfence();" if self.streams else ""  # streamed values visible to every thread
-        return (head + "".join(self.helpers.values()) + comments
-                + f"void {self.program.name}({', '.join(params) or 'void'}) {{\n"
+        fence = f"\n  {dialect.store_fence}" if self.streams else ""  # streamed values visible to every thread
+        head = dialect.kernel_head.format(threads=self.threads)
+        return (dialect.prelude + "".join(self.helpers.values()) + comments
+                + f"{head}{self.program.name}({', '.join(params) or 'void'}) {{\n"
                 + "\n".join(self.lines) + fence + "\n}\n")
 
 
@@ -348,6 +353,14 @@ class CRenderer(Renderer):
         self.options = options if options is not None else RendererOptions(max_upcast=4, max_unroll=8)
 
     def render(self, program: LinearProgram) -> str:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):
-            raise ValueError(f"C renderer: kernel name {program.name!r} is not a C identifier")
-        return _Kernel(program, self.options.vector_bytes).source()
+        return render_c(program, C_DIALECT, self.options.vector_bytes)
+
+
+def render_c(program: LinearProgram, dialect: CDialect, register_bytes: int = 0, grid: GridMap | None = None,
+             threads: int = 1) -> str:
+    """`program` as one function of `dialect` (see `_Kernel` for `grid` and `threads`)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):
+        raise ValueError(f"C renderer: kernel name {program.name!r} is not a C identifier")
+    if not dialect.vectors and any(instr.dtype is not None and instr.dtype.count > 1 for instr in program.instrs):
+        raise ValueError(f"C renderer: {program.name} has vector values, which this C dialect cannot express")
+    return _Kernel(program, register_bytes, dialect, grid, threads).source()
