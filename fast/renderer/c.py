@@ -7,10 +7,11 @@ index it writes (the scheduler's assign contract).
 
 What a dialect decides (`CDialect`, data: the renderer never tests a device): the prelude (C headers,
 or typedefs where there are none), the function head and pointer qualifier, the qualifiers of helper
-functions, whether vector extensions exist, the store fence of streamed kernels, and how the
-outermost GLOBAL loops run: as plain loops (CPU: threads get shares through `core, cores`), or as
-grid-stride loops over GPU threads (`grid_map`, renderer/grid.py), a kernel with none of them
-running on its first thread only. Everything about values below holds for every dialect.
+functions, whether vector extensions exist, the store fence of streamed kernels, and the names of a
+GPU's thread and block indices. With those, renderer/c_grid.py renders the loops that `grid_map`
+(renderer/grid.py) gives to GPU threads through the hooks of `_Kernel` (`prologue`, `before`,
+`loop`, `end_loop`); here every loop is a plain counted loop (CPU kernels: threads get shares of the
+outermost GLOBAL loop through `core, cores`). Everything about values below holds for every dialect.
 
 How docs/semantics.md is kept (values in C):
 - `bool` is `unsigned char` holding 0/1; loads normalise (`!= 0`), every bool-producing op gives 0/1.
@@ -49,9 +50,8 @@ from fast.renderer.c_helpers import (
     suffix,
 )
 from fast.renderer.c_vectors import VectorC
-from fast.renderer.grid import GridMap
 
-__all__ = ["CTYPES", "HALVES", "CDialect", "C_DIALECT", "CRenderer", "render_c", "render_const"]
+__all__ = ["CTYPES", "HALVES", "CDialect", "C_DIALECT", "CRenderer", "check_renderable", "render_c", "render_const"]
 _HELPER_PREFIX = re.compile(r"^static inline ", re.MULTILINE)
 
 def _int_helpers(dtype: DType) -> str:
@@ -80,11 +80,10 @@ class CDialect:
     - `helper`: the qualifiers replacing `static inline` on helper functions;
     - `vectors`: GCC/clang vector extensions are available (else vector dtypes are an error);
     - `store_fence`: the statement ending a kernel that streamed stores;
-    - `thread_index` / `thread_count`: int64 expressions of this thread's number and of the threads
-      in the launch: set, the outermost GLOBAL loops become grid-stride loops (`GridMap`); empty, all
-      loops are plain loops;
-    - `first_thread_only`: the statement that opens a kernel without grid-stride loops, so that only
-      its first thread runs it (empty for CPU dialects)."""
+    - GPU dialects only (renderer/c_grid.py), int64 expressions: `thread` (this thread in its
+      block), `threads` (threads per block), `block` (this block), `blocks` (blocks in the grid);
+      `barrier`: the statement that waits for every thread of the block; `shared`: the qualifier of
+      memory shared by a block."""
 
     prelude: str
     kernel_head: str
@@ -92,9 +91,12 @@ class CDialect:
     helper: str
     vectors: bool
     store_fence: str
-    thread_index: str = ""
-    thread_count: str = ""
-    first_thread_only: str = ""
+    thread: str = ""
+    threads: str = ""
+    block: str = ""
+    blocks: str = ""
+    barrier: str = ""
+    shared: str = ""
 
 
 C_DIALECT = CDialect(prelude="#include <stdint.h>\n#include <string.h>\n#include <math.h>\n", kernel_head="void ",
@@ -103,15 +105,16 @@ C_DIALECT = CDialect(prelude="#include <stdint.h>\n#include <string.h>\n#include
 
 class _Kernel:
     """Renders one program in one dialect; `helpers` collects the helper functions the body needs.
-    `grid`: the loops that become grid-stride loops (dialects with `thread_index` only); `threads`:
-    the block size the kernel head promises (`{threads}` of `CDialect.kernel_head`)."""
+    `threads`: the block size the kernel head promises (`{threads}` of `CDialect.kernel_head`).
+    Hooks for other loop structures (renderer/c_grid.py): `prologue` (lines opening the body),
+    `before(number)` (lines before instruction `number`; `len(instrs)`: before the body closes),
+    `loop`, `end_loop`; `folded`: loops that are not rendered (no line for their ENDLOOP)."""
+
+    folded: frozenset[int] = frozenset()
 
     def __init__(self, program: LinearProgram, register_bytes: int = 0, dialect: CDialect = C_DIALECT,
-                 grid: GridMap | None = None, threads: int = 1) -> None:
-        self.program, self.register_bytes, self.dialect = program, register_bytes, dialect
-        self.grid, self.threads = grid, threads
-        self.grid_heads = grid.heads if grid is not None else {}
-        self.folded = grid.folded if grid is not None else frozenset()
+                 threads: int = 1) -> None:
+        self.program, self.register_bytes, self.dialect, self.threads = program, register_bytes, dialect, threads
         self.streams = 0  # non-temporal stores emitted: the kernel then ends with a store fence
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
@@ -245,7 +248,7 @@ class _Kernel:
         if op is IROps.LOOP:
             return self.loop(number, instr, a)
         if op is IROps.ENDLOOP:
-            return None if instr.srcs[0] in self.folded else "}"
+            return None if instr.srcs[0] in self.folded else self.end_loop(instr.srcs[0])
         if op is IROps.STORE:
             return self.store(instr, types[1], a)  # type: ignore[arg-type]
         if op is IROps.ASSIGN:
@@ -261,38 +264,20 @@ class _Kernel:
         return f"const {self.ctype(instr.dtype)} {name} = {expr};"  # type: ignore[arg-type]
 
     def loop(self, number: int, instr: Instr, a: list[str]) -> str | None:
-        """A LOOP: a plain counted loop, a grid-stride loop (the head of a `GridMap` group, with
-        the counters of the loops flattened into it), or nothing (a loop flattened into its head)."""
+        """A LOOP: a counted loop (None: no line)."""
         name = ("gidx" if instr.arg is LoopKind.GLOBAL else "ridx") + str(number)
         self.names[number] = name
-        if number in self.folded:
-            return None
-        group = self.grid_heads.get(number)
-        if group is None:
-            return f"for (int64_t {name} = {a[0]}; {name} < {a[1]}; {name}++) {{"
-        first, step = self.dialect.thread_index, self.dialect.thread_count
-        if len(group) == 1:  # starts at 0 (grid.py)
-            return f"for (int64_t {name} = {first}; {name} < {a[1]}; {name} += {step}) {{"
-        ends = [self.hoisted(self.program.instrs[loop].srcs[1]) for loop in group]
-        flat = f"flat{number}"
-        lines = [f"for (int64_t {flat} = {first}; {flat} < {' * '.join(ends)}; {flat} += {step}) {{"]
-        for position, loop in enumerate(group):
-            self.names[loop] = name = f"gidx{loop}"  # the folded loops keep this name (`loop` above)
-            inner = ends[position + 1:]
-            value = f"({flat} / ({' * '.join(inner)}))" if inner else flat
-            value = f"({value} % {ends[position]})" if position > 0 else value
-            lines.append(f"const int64_t {name} = {value};")
-        return "\n".join(lines)
+        return f"for (int64_t {name} = {a[0]}; {name} < {a[1]}; {name}++) {{"
 
-    def hoisted(self, number: int) -> str:
-        """The C expression of a value a grid-stride loop's head uses before its definition's turn
-        comes (grid.py: a CONST, a DEFINE_VAR, or a value defined before the loop)."""
-        if number in self.names:
-            return self.names[number]
-        instr = self.program.instrs[number]
-        if instr.op is IROps.CONST:
-            return render_const(instr.arg, instr.dtype.scalar())  # type: ignore[union-attr]
-        return f"var{self.program.var_names.index(instr.arg)}"
+    def end_loop(self, loop: int) -> str | None:
+        """The ENDLOOP of `loop` (None: no line)."""
+        return "}"
+
+    def prologue(self) -> list[str]:
+        return []
+
+    def before(self, number: int) -> list[str]:
+        return []
 
     def store(self, instr: Instr, value_type: DType, a: list[str]) -> str:
         """A STORE: scalar, vector, or streamed vector (codegen/streaming.py), under its `valid`."""
@@ -327,14 +312,14 @@ class _Kernel:
 
     def source(self) -> str:
         dialect, depth = self.dialect, 1
-        if dialect.thread_index and self.grid is not None and self.grid.single:
-            self.lines.append("  " + dialect.first_thread_only)
-        for number, instr in enumerate(self.program.instrs):
-            text = self.statement(number, instr)
-            for line in () if text is None else text.split("\n"):
+        instrs = self.program.instrs
+        for number in range(len(instrs) + 1):
+            texts = [*self.before(number), self.statement(number, instrs[number]) if number < len(instrs) else None]
+            for line in [line for text in texts if text is not None for line in text.split("\n")]:
                 depth -= line == "}"
                 self.lines.append("  " * depth + line)
                 depth += line.endswith("{")
+        self.lines[:0] = ["  " + line for line in self.prologue()]
         params = [f"{CTYPES[b.dtype]}* {dialect.restrict} data{b.idx}" for b in self.program.buffers]
         params += [f"int64_t var{i}" for i in range(len(self.program.var_names))]
         comments = "".join(f"/* var{i} = {n} */\n" for i, n in enumerate(self.program.var_names)
@@ -356,11 +341,15 @@ class CRenderer(Renderer):
         return render_c(program, C_DIALECT, self.options.vector_bytes)
 
 
-def render_c(program: LinearProgram, dialect: CDialect, register_bytes: int = 0, grid: GridMap | None = None,
-             threads: int = 1) -> str:
-    """`program` as one function of `dialect` (see `_Kernel` for `grid` and `threads`)."""
+def check_renderable(program: LinearProgram, dialect: CDialect) -> None:
+    """ValueError when `program` cannot be written in `dialect` (its name, or vectors without them)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", program.name):
         raise ValueError(f"C renderer: kernel name {program.name!r} is not a C identifier")
     if not dialect.vectors and any(instr.dtype is not None and instr.dtype.count > 1 for instr in program.instrs):
         raise ValueError(f"C renderer: {program.name} has vector values, which this C dialect cannot express")
-    return _Kernel(program, register_bytes, dialect, grid, threads).source()
+
+
+def render_c(program: LinearProgram, dialect: CDialect, register_bytes: int = 0) -> str:
+    """`program` as one function of `dialect`, every loop a plain loop."""
+    check_renderable(program, dialect)
+    return _Kernel(program, register_bytes, dialect).source()

@@ -17,15 +17,20 @@ Threads: the outermost GLOBAL loops become grid-stride loops over `blockIdx.x * 
 threadIdx.x` with stride `gridDim.x * blockDim.x`, in int64 (renderer/grid.py: which loops, why it
 is safe, perfectly nested output loops flattened into one), so every launch size computes every
 output exactly once and the same values; a kernel with no such loop runs on thread 0 of block 0.
-`CUDARenderer.launch_dims(program)` is the launch the runtime uses, a pure function of the program
-(`launch_config`), and `__launch_bounds__` names its block size.
+A large reduction into few outputs (a full reduction, or at most `MAX_BLOCK_OUTPUTS` outputs of at
+least `MIN_BLOCK_REDUCE` iterations each) is spread over the threads of a block instead: `LANES`
+partial lanes in `__shared__` memory, combined in a fixed tree after `__syncthreads()` (grid.py
+`BlockReduce`, rendered by c_grid.py), so its value does not depend on the block size either; its
+outputs go to blocks. `CUDARenderer.launch_dims(program)` is the launch the runtime uses, a pure
+function of the program (`launch_config`), and `__launch_bounds__` names its block size.
 """
 from __future__ import annotations
 
 from fast.codegen.ir import LinearProgram
 from fast.renderer.base import Renderer, RendererOptions
-from fast.renderer.c import CDialect, render_c
-from fast.renderer.grid import GridMap, grid_map
+from fast.renderer.c import CDialect
+from fast.renderer.c_grid import render_grid
+from fast.renderer.grid import LANES, MAX_BLOCK_OUTPUTS, MIN_BLOCK_REDUCE, GridMap, grid_map
 
 CUDA_PRELUDE = """typedef signed char int8_t;
 typedef unsigned char uint8_t;
@@ -46,13 +51,17 @@ CUDA_DIALECT = CDialect(
     helper="static __device__ __forceinline__",
     vectors=False,
     store_fence="",  # never used: cuda_options has no streaming stores
-    thread_index="((int64_t)blockIdx.x * blockDim.x + threadIdx.x)",
-    thread_count="((int64_t)gridDim.x * blockDim.x)",
-    first_thread_only="if (blockIdx.x != 0 || threadIdx.x != 0) return;",
+    thread="(int64_t)threadIdx.x",
+    threads="(int64_t)blockDim.x",
+    block="(int64_t)blockIdx.x",
+    blocks="(int64_t)gridDim.x",
+    barrier="__syncthreads();",
+    shared="__shared__",
 )
 
-#: Threads per block of a kernel whose parallel loops have at least this many iterations.
-BLOCK = 256
+#: Threads per block of a kernel whose parallel loops have at least this many iterations, and of a
+#: block reduction (one thread per partial lane).
+BLOCK = LANES
 #: Blocks at most: the loops are grid-stride loops, so a larger count only costs more iterations per
 #: thread. 2048 blocks of 256 threads fill an H100/H200 (132 SMs x 2048 resident threads) twice.
 MAX_GRID = 2048
@@ -62,6 +71,8 @@ SYMBOLIC_GRID = 512
 WARP = 32
 
 Dims = tuple[tuple[int, int, int], tuple[int, int, int]]
+__all__ = ["BLOCK", "CUDA_DIALECT", "CUDARenderer", "LANES", "MAX_BLOCK_OUTPUTS", "MAX_GRID", "MIN_BLOCK_REDUCE",
+           "SYMBOLIC_GRID", "cuda_options", "launch_config"]
 
 
 def cuda_options() -> RendererOptions:
@@ -84,9 +95,13 @@ def launch_config(grid: GridMap) -> Dims:
     - no grid-stride loop: one thread (the kernel body is guarded to thread 0 anyway);
     - constant trip count `n`: blocks of `BLOCK` threads (fewer, rounded up to a warp, when `n` is
       smaller), `ceil(n / threads)` blocks, capped at `MAX_GRID` (at least 1, also for `n == 0`);
-    - symbolic trip count: `SYMBOLIC_GRID` blocks of `BLOCK` threads."""
+    - symbolic trip count: `SYMBOLIC_GRID` blocks of `BLOCK` threads;
+    - a block reduction: blocks of `BLOCK` threads, one per output (capped at `MAX_GRID`; one block
+      for a full reduction)."""
     if grid.single:
         return (1, 1, 1), (1, 1, 1)
+    if grid.block_reduce is not None:
+        return (min(MAX_GRID, max(1, grid.count or 1)), 1, 1), (BLOCK, 1, 1)
     if grid.count is None:
         return (SYMBOLIC_GRID, 1, 1), (BLOCK, 1, 1)
     threads = min(BLOCK, max(WARP, -(-grid.count // WARP) * WARP))
@@ -106,4 +121,4 @@ class CUDARenderer(Renderer):
     def render(self, program: LinearProgram) -> str:
         grid = grid_map(program)
         threads = launch_config(grid)[1][0]
-        return render_c(program, CUDA_DIALECT, 0, grid, threads)
+        return render_grid(program, CUDA_DIALECT, grid, threads)

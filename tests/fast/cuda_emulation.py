@@ -5,7 +5,10 @@ the CUDA keywords become nothing (`__global__`, `__device__`, `__launch_bounds__
 CUDA builtins the renderer uses get host definitions (`threadIdx`, `blockIdx`, `blockDim`, `gridDim`
 as thread-local structs, `__int_as_float`, the math functions as GCC builtins), and an entry point
 generated from the kernel's signature runs the kernel once per (block, thread) of the launch, one
-after another: `fast_emu_launch(buffers, values, grid, block, reverse)`. Flags as the C devices use
+after another: `fast_emu_launch(buffers, values, grid, block, reverse)`. A kernel that uses
+`__syncthreads()` (a block reduction) gets `FIBERS` linked in: its blocks run one after another,
+each thread of a block as a fiber that runs until its next barrier (`__shared__` is `static`: one
+array, used by one block at a time). Flags as the C devices use
 (`-ffp-contract=off`: no FMA contraction, like NVRTC's `--fmad=false`), at `-O1`.
 
 What it proves: the CUDA source is valid C++ with the C renderer's semantics, and its grid-stride
@@ -69,6 +72,68 @@ static thread_local fast_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define sin __builtin_sin
 static inline float __int_as_float(int x) { float f; __builtin_memcpy(&f, &x, 4); return f; }
 static inline double __longlong_as_double(long long x) { double f; __builtin_memcpy(&f, &x, 8); return f; }
+extern "C" void fast_emu_barrier(void);
+static inline void __syncthreads() { fast_emu_barrier(); }
+"""
+
+#: A second translation unit, linked only into kernels that use `__syncthreads()`: every block runs
+#: as one fiber (ucontext) per CUDA thread on the calling OS thread. A round resumes each unfinished
+#: fiber once (its thread index restored first), and each runs to its next barrier or to its end; a
+#: round that ends with some fibers at a barrier and others finished is a barrier not every thread
+#: reached (an error, as on a GPU). Deterministic, and the threads' order can be reversed.
+FIBERS = r"""#include <memory>
+#include <ucontext.h>
+#include <vector>
+extern "C" void fast_emu_thread(void**, const long long*, unsigned, unsigned, unsigned, unsigned);
+extern "C" void fast_emu_set_thread(unsigned);
+namespace {
+struct Fiber { ucontext_t context; bool done = false; };
+const unsigned long STACK = 1ul << 16;  /* bytes per fiber, allocated once per launch and never cleared */
+ucontext_t scheduler;
+std::vector<Fiber>* fibers;
+Fiber* current;
+void** launch_buffers;
+const long long* launch_values;
+unsigned launch_grid, launch_block, launch_b;
+void run(int t) {
+  fast_emu_thread(launch_buffers, launch_values, launch_grid, launch_block, launch_b, (unsigned)t);
+  (*fibers)[t].done = true;
+}
+}
+extern "C" void fast_emu_barrier(void) { swapcontext(&current->context, &scheduler); }
+extern "C" int fast_emu_cooperative_launch(void** buffers, const long long* values, unsigned grid, unsigned block,
+                                           int reverse) {
+  launch_buffers = buffers; launch_values = values; launch_grid = grid; launch_block = block;
+  std::vector<std::unique_ptr<char[]>> stacks;
+  for (unsigned t = 0; t < block; t++) stacks.emplace_back(new char[STACK]);
+  for (unsigned i = 0; i < grid; i++) {
+    launch_b = reverse ? grid - 1 - i : i;
+    std::vector<Fiber> block_fibers(block);
+    fibers = &block_fibers;
+    for (unsigned t = 0; t < block; t++) {
+      Fiber& fiber = block_fibers[t];
+      getcontext(&fiber.context);
+      fiber.context.uc_stack.ss_sp = stacks[t].get();
+      fiber.context.uc_stack.ss_size = STACK;
+      fiber.context.uc_link = &scheduler;
+      makecontext(&fiber.context, (void (*)())run, 1, (int)t);
+    }
+    for (;;) {
+      unsigned finished = 0;
+      for (unsigned j = 0; j < block; j++) {
+        unsigned t = reverse ? block - 1 - j : j;
+        if (block_fibers[t].done) { finished++; continue; }
+        current = &block_fibers[t];
+        fast_emu_set_thread(t);
+        swapcontext(&scheduler, &current->context);
+        finished += block_fibers[t].done;
+      }
+      if (finished == block) break;
+      if (finished != 0) return 1;
+    }
+  }
+  return 0;
+}
 """
 
 _HEAD = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)\(([^)]*)\) \{')
@@ -91,6 +156,7 @@ def entry_points(source: str) -> str:
             values += 1
     return f"""
 extern "C" const unsigned fast_emu_bounds = {bounds};
+extern "C" void fast_emu_set_thread(unsigned t) {{ threadIdx = {{t, 0, 0}}; }}
 extern "C" void fast_emu_thread(void** buffers, const long long* values, unsigned grid, unsigned block,
                                 unsigned b, unsigned t) {{
   gridDim = {{grid, 1, 1}}; blockDim = {{block, 1, 1}}; blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}};
@@ -113,6 +179,11 @@ def nvrtc() -> tuple[Callable[[str, str], Any], tuple[int, int]] | None:
 NVRTC_CHECKED: list[str] = []
 
 
+def cooperative(source: str) -> bool:
+    """Whether the kernel's threads wait for each other (`__syncthreads`): it then runs as fibers."""
+    return "__syncthreads()" in source
+
+
 class EmulationCompiler(Compiler):
     """CUDA source -> a host shared library (module docstring), cached like every compiler. Every
     source is also compiled by NVRTC for `ARCHS` first, when NVRTC is installed (an error raises);
@@ -125,7 +196,7 @@ class EmulationCompiler(Compiler):
         if path is None:
             raise RuntimeError("cuda emulation: no g++ on PATH")
         version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
-        shim = hashlib.sha256(SHIM.encode()).hexdigest()
+        shim = hashlib.sha256((SHIM + FIBERS).encode()).hexdigest()
         found = nvrtc()
         checked = f"nvrtc {found[1]} {','.join(ARCHS)}" if found is not None else "no nvrtc"
         return f"{path}\n{version}\n{' '.join(FLAGS)}\n{shim}\n{checked}"
@@ -139,9 +210,14 @@ class EmulationCompiler(Compiler):
         unit = SHIM + src + entry_points(src)
         with tempfile.TemporaryDirectory(prefix="fast-cuda-emu-") as directory:
             source_path, library_path = os.path.join(directory, "kernel.cpp"), os.path.join(directory, "kernel.so")
+            sources = [source_path]
             with open(source_path, "w") as handle:
                 handle.write(unit)
-            command = ["g++", *FLAGS, "-o", library_path, source_path, "-lm"]
+            if cooperative(src):
+                sources.append(os.path.join(directory, "fibers.cpp"))
+                with open(sources[-1], "w") as handle:
+                    handle.write(FIBERS)
+            command = ["g++", *FLAGS, "-o", library_path, *sources, "-lm"]
             result = subprocess.run(command, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise RuntimeError(f"cuda emulation: g++ failed:\n{result.stderr}\n--- source ---\n{unit}")
@@ -195,6 +271,11 @@ class EmulatedProgram:
         self.function = self.library.fast_emu_launch
         self.function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_int]
         self.function.restype = None
+        self.cooperative = hasattr(self.library, "fast_emu_cooperative_launch")
+        if self.cooperative:
+            self.fibers = self.library.fast_emu_cooperative_launch
+            self.fibers.argtypes = self.function.argtypes
+            self.fibers.restype = ctypes.c_int
 
     def __call__(self, *handles: HostMemory, vals: Sequence[int] = (), wait: bool = False) -> float | None:
         grid = _OVERRIDE.get("grid") or self.dims[0][0]
@@ -206,7 +287,11 @@ class EmulatedProgram:
         values = (ctypes.c_longlong * max(1, len(vals)))(*[int(value) for value in vals])
         LAUNCHES.append(Launch(self.name, grid, block, self.dims))
         start = time.perf_counter()
-        self.function(buffers, values, grid, block, int(bool(_OVERRIDE.get("reverse"))))
+        reverse = int(bool(_OVERRIDE.get("reverse")))
+        if not self.cooperative:
+            self.function(buffers, values, grid, block, reverse)
+        elif self.fibers(buffers, values, grid, block, reverse) != 0:
+            raise RuntimeError(f"cuda emulation: {self.name}: some threads of a block never reached a barrier")
         return time.perf_counter() - start if wait else None
 
 

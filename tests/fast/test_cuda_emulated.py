@@ -24,6 +24,7 @@ from fast import BinaryOps, LazyBuffer, ReduceOps, UnaryOps, config, dtypes
 from fast.dtype import ALL, DType
 from fast.ops import supports
 from fast.renderer.cuda import BLOCK, SYMBOLIC_GRID
+from fast.renderer.grid import LANES
 from fast.runtime.base import COMPILE_COUNTER
 
 LAUNCH_MODES: dict[str, tuple[int, int, bool] | None] = {
@@ -316,3 +317,32 @@ def test_int_division_and_modulo_with_negatives_and_zero(launch):
     with config.override(noopt=True):
         quotient = fast.to_numpy(x.e(BinaryOps.DIV, y).e(BinaryOps.MUL, y).e(BinaryOps.ADD, x.e(BinaryOps.MOD, y)))
     np.testing.assert_array_equal(quotient, a)  # x == (x / y) * y + x % y for every y
+
+
+@pytest.mark.parametrize("shape,axis", [((5000,), 0), ((3, 4099), 1), ((2500, 3), 0)])
+def test_block_reductions_of_every_kind(launch, shape, axis):
+    """Reductions the renderer spreads over a block (grid.py BlockReduce): float sums within the
+    tolerance, NaN in MAX, integer sums that wrap, half floats accumulated in float32, bool any."""
+    LAUNCHES.clear()
+    data = RNG.uniform(-4, 4, shape).astype(np.float32)
+    data.reshape(-1)[17] = np.nan
+    x = fast.from_numpy(data, "CUDA")
+    n = shape[axis]
+    finite = np.where(np.isnan(data), 0, data)
+    got = fast.to_numpy(fast.from_numpy(finite, "CUDA").r(ReduceOps.SUM, (axis,)))
+    bound = 2.0**-23 * (n + 2) * np.maximum(1, np.abs(finite).sum(axis, keepdims=True))
+    assert (np.abs(got - finite.astype(np.float64).sum(axis, keepdims=True)) <= bound).all()
+    np.testing.assert_array_equal(fast.to_numpy(x.r(ReduceOps.MAX, (axis,))), data.max(axis, keepdims=True))
+    big = np.full(shape, 2**30 + 7, np.int32)
+    np.testing.assert_array_equal(fast.to_numpy(fast.from_numpy(big, "CUDA").r(ReduceOps.SUM, (axis,))),
+                                  big.sum(axis, keepdims=True, dtype=np.int32))
+    halves = finite.astype(np.float16)
+    got_half = fast.to_numpy(fast.from_numpy(halves, "CUDA").r(ReduceOps.SUM, (axis,))).astype(np.float64)
+    half_bound = 2.0**-10 * (n + 2) * np.maximum(1, np.abs(halves.astype(np.float64)).sum(axis, keepdims=True))
+    assert (np.abs(got_half - halves.astype(np.float64).sum(axis, keepdims=True)) <= half_bound).all()
+    flags = np.zeros(shape, np.bool_)
+    flags.reshape(-1)[-5] = True
+    any_set = fast.to_numpy(fast.from_numpy(flags, "CUDA").r(ReduceOps.SUM, (axis,)))
+    np.testing.assert_array_equal(any_set, flags.any(axis, keepdims=True))
+    np.testing.assert_array_equal(fast.to_numpy(fast.from_numpy(flags, "CUDA").r(ReduceOps.MAX, (axis,))), any_set)
+    assert len(LAUNCHES) == 6 and all(launched.dims[1] == (LANES, 1, 1) for launched in LAUNCHES)  # block reductions

@@ -21,10 +21,11 @@ from fast.ops import KernelOps
 from fast.renderer.base import cpu_options
 from fast.renderer.c import CRenderer
 from fast.renderer.cuda import BLOCK, MAX_GRID, SYMBOLIC_GRID, CUDARenderer, cuda_options, launch_config
-from fast.renderer.grid import GridMap, grid_map
+from fast.renderer.grid import LANES, GridMap, grid_map
 from fast.runtime.host import HostAllocator
 
 F32, I64 = dtypes.float32, dtypes.int64
+FIRST_THREAD_ONLY = "if ((int64_t)blockIdx.x != 0 || (int64_t)threadIdx.x != 0) return;"
 RENDERER = CUDARenderer()
 FOUND = nvrtc()
 NO_NVRTC = "NVRTC is not installed (fast.runtime.nvrtc finds no library): CUDA sources cannot be compiled here"
@@ -68,7 +69,7 @@ def test_the_dialect_is_cuda_c_without_headers():
     assert f'extern "C" __global__ void __launch_bounds__({block}) {program.name}(uint16_t* __restrict__ data0, ' \
            "float* __restrict__ data1)" in source
     assert "static __device__ __forceinline__ uint16_t f32_to_f16(float value)" in source
-    assert "((int64_t)blockIdx.x * blockDim.x + threadIdx.x)" in source
+    assert "((int64_t)blockIdx.x * (int64_t)blockDim.x + (int64_t)threadIdx.x)" in source
     body = source[source.index("__global__"):]
     assert "int32_t" not in body and not re.search(r"\bint \b|\bunsigned\b|\blong\b", body)
 
@@ -81,7 +82,7 @@ def test_cuda_and_c_share_every_statement():
     assert grid_map(program).single
     cuda, c = RENDERER.render(program), CRenderer(cuda_options()).render(program)
     cuda_body, c_body = cuda[cuda.index("__global__"):].split("\n")[1:], c[c.index("void "):].split("\n")[1:]
-    assert cuda_body[0] == "  if (blockIdx.x != 0 || threadIdx.x != 0) return;" and cuda_body[1:] == c_body
+    assert cuda_body[0] == "  " + FIRST_THREAD_ONLY and cuda_body[1:] == c_body
     assert c.startswith("#include <stdint.h>") and f"void {program.name}(uint16_t* restrict data0" in c
 
 
@@ -127,7 +128,7 @@ def test_row_kernels_map_rows_and_a_single_row_stays_on_one_thread():
         assert len(grid.groups[0]) == 1  # the row loop only: the STORE loop over the row is not folded in
         single = only(build(x_of((1, 100))))
         assert grid_map(single).single and RENDERER.launch_dims(single) == ((1, 1, 1), (1, 1, 1))
-        assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in RENDERER.render(single)
+        assert FIRST_THREAD_ONLY in RENDERER.render(single)
 
 
 def _chunked(chunks: int, rows: int, cols: int) -> LinearProgram:
@@ -320,3 +321,82 @@ def test_emulated_kernels_are_checked_by_nvrtc_first(emulation):
         broken = source.replace("__restrict__ data0", "__restrict__ data0 data0")
         with pytest.raises(RuntimeError):
             emulation.compile_cached(broken)
+
+
+# ---------------------------------------------------------------- block reductions (grid.py BlockReduce)
+
+def test_block_reductions_take_large_reductions_into_few_outputs():
+    full = only(x_of((10000,)).r(ReduceOps.SUM, (0,)))
+    assert grid_map(full).block_reduce is not None and RENDERER.launch_dims(full) == ((1, 1, 1), (LANES, 1, 1))
+    source = RENDERER.render(full)
+    assert "if ((int64_t)blockIdx.x != 0) return;" in source and FIRST_THREAD_ONLY not in source
+    assert "__shared__ float part" in source and source.count("__syncthreads();") == 3
+    assert f"__launch_bounds__({LANES})" in source
+    for shape, axis, blocks in (((40, 3000), 1, 40), ((3000, 40), 0, 40), ((2, 3, 2048), 2, 6)):
+        program = only(x_of(shape).r(ReduceOps.MAX, (axis,)))
+        assert grid_map(program).block_reduce is not None, shape
+        assert RENDERER.launch_dims(program) == ((blocks, 1, 1), (LANES, 1, 1)), shape
+        assert "+= (int64_t)gridDim.x)" in RENDERER.render(program)  # the outputs are strided by blocks
+    n = fast.Variable("n", 1, 5000)
+    kept = [x_of((40, 2047)).r(ReduceOps.SUM, (1,)), x_of((4097, 2048)).r(ReduceOps.SUM, (1,)),
+            softmax(x_of((4, 3000))),
+            x_of((3, 5000)).shrink(((0, 3), (0, n.bind(4000)))).r(ReduceOps.SUM, (1,)),
+            x_of((2, 3000)).r(ReduceOps.SUM, (1,)).e(BinaryOps.ADD, x_of((2, 3000)).r(ReduceOps.MAX, (1,)))]
+    for out in kept:
+        program = only(out)
+        assert grid_map(program).block_reduce is None, program.name
+
+
+def _reduction(init: float, update: BinaryOps = BinaryOps.ADD, read_inside: bool = False, index_after: bool = False,
+               other_op: bool = False) -> LinearProgram:
+    """out[0] = fold of a[0..4096) by `update` from `init`, with one thing a block reduction refuses."""
+    b = IRBuilder()
+    zero, n = b.const(0, I64), b.const(4096, I64)
+    acc = b.define_acc(init, F32)
+    scaled = b.index(IndexOps.MUL, b.define_var("s"), b.const(2, I64)) if index_after else None
+    r = b.loop(zero, n, LoopKind.REDUCE)
+    value = b.load(1, F32, r)
+    if read_inside:
+        value = b.alu(BinaryOps.MUL, (value, acc))
+    b.assign(acc, b.alu(update, (acc, value)))
+    if other_op:
+        b.assign(acc, b.alu(BinaryOps.MAX, (acc, value)))
+    b.end_loop()
+    b.store(0, zero if scaled is None else scaled, acc)
+    buffers = (BufferInfo(0, F32, True, 1 if scaled is None else 64), BufferInfo(1, F32, False, 4096))
+    return LinearProgram("reduction", tuple(b.instrs), buffers, ("s",) if index_after else ())
+
+
+def test_block_reductions_refuse_what_would_change_the_value():
+    assert grid_map(_reduction(0.0)).block_reduce is not None
+    assert grid_map(_reduction(float("-inf"), BinaryOps.MAX)).block_reduce is not None
+    refused = {"not the identity": _reduction(1.0), "not the identity of MAX": _reduction(0.0, BinaryOps.MAX),
+               "accumulator read in the loop": _reduction(0.0, read_inside=True),
+               "two update ops": _reduction(0.0, other_op=True),
+               "a value of the lanes' scope read after the loop": _reduction(0.0, index_after=True)}
+    for why, program in refused.items():
+        verify(program)
+        assert grid_map(program).single, why
+
+
+def _lanes_then_tree(values: np.ndarray) -> np.float32:
+    """The documented order in float32: lane l sums values[l::LANES] in order, then the tree."""
+    partials = np.zeros(LANES, np.float32)
+    for lane in range(LANES):
+        for value in values[lane::LANES]:
+            partials[lane] = np.float32(partials[lane] + value)
+    half = LANES // 2
+    while half:
+        partials[:half] = partials[:half] + partials[half:2 * half]
+        half //= 2
+    return partials[0]
+
+
+@pytest.mark.parametrize("launch", [None, (1, 1), (1, 2), (3, 7), (2, 64), (1, 100), (1, 256)])
+def test_block_reduction_bits_are_the_documented_order_whatever_the_block(emulation, launch):
+    values = np.random.default_rng(3).standard_normal(5003).astype(np.float32) * np.float32(1e3)
+    program = only(fast.from_numpy(values, "CLANG").r(ReduceOps.SUM, (0,)))
+    assert grid_map(program).block_reduce is not None
+    with launching(*(launch or (None, None)), reverse=launch is not None and launch[1] % 2 == 1):
+        got = run_emulated(emulation, program, [values])
+    assert got.view(np.uint32)[0] == _lanes_then_tree(values).view(np.uint32)
