@@ -1,4 +1,5 @@
-"""Command line: `python -m conformance [--examples N] [--devices CLANG,...] [--seed S] [--profile ci|full]`.
+"""Command line: `python -m conformance [--examples N] [--devices CLANG,...] [--seed S] [--profile ci|full]
+[--cuda-archs sm_80,sm_90]`.
 
 Prints progress on stderr (a tqdm bar in a terminal; plain lines every 30 s in a pipe or a CI log), then
 the coverage table, then every distinct failure with a runnable snippet (ending in the line that runs
@@ -18,7 +19,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from conformance import coverage
+from conformance import coverage, cuda_compile
 from conformance.directed import directed_programs
 from conformance.profiles import PROFILES
 from conformance.runner import RunResult, run
@@ -29,13 +30,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="ci")
     parser.add_argument("--examples", type=int, help="random programs (default: the profile's)")
     parser.add_argument("--devices", default="CLANG",
-                        help="comma-separated device kinds, e.g. CLANG or CLANG,LLVM; add DISK for DISK copies")
+                        help="comma-separated device kinds, e.g. CLANG or CLANG,LLVM; add DISK for DISK copies; "
+                             "KIND=N uses at most N devices of KIND (CUDA=1 on a machine with one GPU)")
     parser.add_argument("--max-devices", type=int, default=4, help="devices per kind used for sharding (2-4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
     parser.add_argument("--candidate", default="fast", help="package compared with reference (fast)")
     parser.add_argument("--time-limit", type=float, help="seconds of generation (default: the profile's)")
     parser.add_argument("--require-coverage", action="store_true", help="exit 2 if a required item was missed")
+    parser.add_argument("--cuda-archs", default="",
+                        help="compile-only CUDA: also compile every kernel with NVRTC for these architectures "
+                             "(e.g. sm_80,sm_90; no GPU needed; conformance/cuda_compile.py)")
     return parser.parse_args(argv)
 
 
@@ -91,11 +96,14 @@ def report(result: RunResult, header: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     profile = PROFILES[args.profile]
-    kinds = tuple(k.strip() for k in args.devices.split(",") if k.strip())
+    named = [k.strip().partition("=") for k in args.devices.split(",") if k.strip()]
+    kinds = tuple(kind for kind, _, _ in named)
+    limits = tuple((kind, int(limit)) for kind, _, limit in named if limit)
     compute = tuple(k for k in kinds if k != "DISK")
     disk_dir = tempfile.mkdtemp(prefix="conformance-disk-") if "DISK" in kinds else None
+    archs = tuple(a.strip() for a in args.cuda_archs.split(",") if a.strip())
     gen = replace(profile.gen, kinds=compute or ("CLANG",), max_devices=max(2, min(4, args.max_devices)),
-                  disk_dir=disk_dir)
+                  disk_dir=disk_dir, cuda_archs=archs, kind_limits=limits)
     examples = profile.examples if args.examples is None else args.examples
     limit = profile.time_limit if args.time_limit is None else args.time_limit
     start = time.time()
@@ -112,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"conformance: reference vs {args.candidate}, profile {profile.name}, devices {','.join(kinds)}, "
               f"seed {args.seed}, {args.jobs} jobs")
     print(report(result, header))
-    if result.failures:
+    if archs:
+        print(cuda_compile.summary(result.coverage, archs))
+    if result.failures or any(not result.coverage.get(f"cuda:{arch}") for arch in archs):
         return 1
     return 2 if args.require_coverage and coverage.missing(result.coverage) else 0
 

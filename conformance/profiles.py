@@ -23,18 +23,29 @@ class GenConfig:
     p_ring2: float = 0.25
     p_symbolic: float = 0.06
     disk_dir: str | None = None
+    cuda_archs: tuple[str, ...] = ()  # compile every kernel for CUDA too (conformance/cuda_compile.py)
+
+    kind_limits: tuple[tuple[str, int], ...] = ()  # (kind, devices) for kinds with fewer than max_devices
+
+    def count(self, kind: str) -> int:
+        """How many devices of `kind` programs use: max_devices unless `kind_limits` says fewer
+        (`--devices CUDA=1,CLANG` on a machine with one GPU)."""
+        return min(self.max_devices, dict(self.kind_limits).get(kind, self.max_devices))
 
     def single_devices(self) -> tuple[str, ...]:
-        """Compute devices a single buffer may live on: every kind, indices 0..max_devices-1."""
-        return tuple(self.device(kind, i) for kind in self.kinds for i in range(self.max_devices))
+        """Compute devices a single buffer may live on: every kind, indices 0..count(kind)-1."""
+        return tuple(self.device(kind, i) for kind in self.kinds for i in range(self.count(kind)))
 
     @staticmethod
     def device(kind: str, index: int) -> str:
         return kind if index == 0 else f"{kind}:{index}"
 
     def shard_devices(self, count: int, kind: str | None = None) -> tuple[str, ...]:
-        kind = kind or self.kinds[0]
-        return tuple(self.device(kind, i) for i in range(count))
+        """`count` devices of `kind` (default the first kind); of the first kind that has that
+        many when `kind` has fewer (a sharded program then runs on the CPU kinds)."""
+        kinds = [kind or self.kinds[0], *self.kinds]
+        chosen = next((k for k in kinds if self.count(k) >= count), kinds[0])
+        return tuple(self.device(chosen, i) for i in range(count))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from conformance import coverage
+from conformance import coverage, cuda_compile
 from conformance.compare import Mismatch, binding_text, compare, compare_reuse
 from conformance.directed import directed_programs
 from conformance.driver import Outcome, replay
@@ -257,9 +257,12 @@ def _worker_main(index: int, cfg: GenConfig, candidate: str, examples: int, seed
                  deadline: float, jobs: int, journal: str, out: Any) -> None:
     def report(done: int, failures: int) -> None:
         out.put(("progress", index, done, failures))
+    if cfg.cuda_archs:
+        cuda_compile.install(cfg.cuda_archs)
     worker = Worker(cfg, candidate, shrink_seconds, deadline, report, journal)
     worker.run_directed(directed_programs(cfg)[index::jobs])  # the fixed programs, dealt round-robin
     result = worker.run(examples + worker.state.result.examples, seed * 100 + index)
+    result.coverage.update(cuda_compile.coverage_keys())
     out.put(("done", index, result))
 
 

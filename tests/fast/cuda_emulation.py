@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import cuda_check  # tests/cuda_check.py (tests/conftest.py puts tests/ on sys.path)
+
 from fast import config
 from fast.device import Device
 from fast.renderer.cuda import CUDARenderer
@@ -50,7 +52,6 @@ from fast.runtime.nvrtc import compile_cuda, nvrtc_available, nvrtc_version
 
 realize = importlib.import_module("fast.engine.realize")  # the module (fast.engine exports a function of that name)
 replay = importlib.import_module("fast.engine.replay")
-ARCHS = ("sm_80", "sm_90")  # every emulated kernel is also compiled by NVRTC for these, when it is installed
 FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-ffp-contract=off", "-fno-strict-aliasing", "-fno-math-errno",
          "-shared", "-fPIC")
 
@@ -175,19 +176,15 @@ def nvrtc() -> tuple[Callable[[str, str], Any], tuple[int, int]] | None:
     return (compile_cuda, nvrtc_version()) if nvrtc_available() else None
 
 
-#: Sources NVRTC compiled in this process (for the tests that check it did).
-NVRTC_CHECKED: list[str] = []
-
-
 def cooperative(source: str) -> bool:
     """Whether the kernel's threads wait for each other (`__syncthreads`): it then runs as fibers."""
     return "__syncthreads()" in source
 
 
 class EmulationCompiler(Compiler):
-    """CUDA source -> a host shared library (module docstring), cached like every compiler. Every
-    source is also compiled by NVRTC for `ARCHS` first, when NVRTC is installed (an error raises);
-    the NVRTC version is part of the identity, so a cached library was checked by this NVRTC."""
+    """CUDA source -> a host shared library (module docstring), cached like every compiler; each
+    source is queued for NVRTC as well (tests/cuda_check.py: compiled for sm_80 and sm_90 in batches,
+    an error fails a test)."""
 
     cache_namespace = "cuda-emulation"
 
@@ -197,16 +194,10 @@ class EmulationCompiler(Compiler):
             raise RuntimeError("cuda emulation: no g++ on PATH")
         version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
         shim = hashlib.sha256((SHIM + FIBERS).encode()).hexdigest()
-        found = nvrtc()
-        checked = f"nvrtc {found[1]} {','.join(ARCHS)}" if found is not None else "no nvrtc"
-        return f"{path}\n{version}\n{' '.join(FLAGS)}\n{shim}\n{checked}"
+        return f"{path}\n{version}\n{' '.join(FLAGS)}\n{shim}"
 
     def compile(self, src: str) -> bytes:
-        found = nvrtc()
-        if found is not None:
-            for arch in ARCHS:
-                found[0](src, arch)
-            NVRTC_CHECKED.append(src)
+        cuda_check.queue_source(src)  # NVRTC compiles it for sm_80 and sm_90 too (tests/cuda_check.py)
         unit = SHIM + src + entry_points(src)
         with tempfile.TemporaryDirectory(prefix="fast-cuda-emu-") as directory:
             source_path, library_path = os.path.join(directory, "kernel.cpp"), os.path.join(directory, "kernel.so")

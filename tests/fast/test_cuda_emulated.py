@@ -4,7 +4,7 @@ assertions, plus the engine path (realize -> lower -> render -> launch_dims -> l
 reference, numpy and CLANG. Every kernel runs under several launches (`LAUNCH_MODES`: the renderer's
 `launch_dims`, one thread, and 3 blocks of 7 threads run in reverse order) and must give the same
 bits: the grid-stride loops cover every output exactly once whatever the grid and block. Every
-kernel is also compiled by NVRTC for sm_80 and sm_90 on its way (cuda_emulation.ARCHS)."""
+kernel is also compiled by NVRTC for sm_80 and sm_90 (tests/cuda_check.py, as every kernel the tests build)."""
 from __future__ import annotations
 
 import math

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from cuda_emulation import NVRTC_CHECKED, EmulatedProgram, EmulationCompiler, launching, nvrtc
+from cuda_emulation import EmulatedProgram, EmulationCompiler, launching, nvrtc
 from test_row_kernels import layernorm, softmax
 
 import fast
@@ -21,7 +21,7 @@ from fast.ops import KernelOps
 from fast.renderer.base import cpu_options
 from fast.renderer.c import CRenderer
 from fast.renderer.cuda import BLOCK, MAX_GRID, SYMBOLIC_GRID, CUDARenderer, cuda_options, launch_config
-from fast.renderer.grid import LANES, GridMap, grid_map
+from fast.renderer.grid import GridMap, grid_map
 from fast.runtime.host import HostAllocator
 
 F32, I64 = dtypes.float32, dtypes.int64
@@ -307,96 +307,3 @@ def test_nvrtc_compiles_every_helper_and_never_fuses_multiply_add(arch):
         ptx = compile_cuda(RENDERER.render(program), arch).ptx.decode()
         assert ".entry " + program.name in ptx or f".entry {program.name}(" in ptx
         assert "fma." not in ptx, program.name  # --fmad=false: a*b+c stays two roundings
-
-
-@pytest.mark.skipif(FOUND is None, reason=NO_NVRTC)
-def test_emulated_kernels_are_checked_by_nvrtc_first(emulation):
-    """The emulation's compiler has NVRTC compile each source for sm_80 and sm_90 before g++ does, and
-    an error there fails the compile (so the value tests' kernels are all NVRTC-clean)."""
-    program = _chunked(2, 3, 5)
-    source = RENDERER.render(program)
-    with config.override(disable_compile_cache=True):
-        emulation.compile_cached(source)
-        assert NVRTC_CHECKED[-1] == source
-        broken = source.replace("__restrict__ data0", "__restrict__ data0 data0")
-        with pytest.raises(RuntimeError):
-            emulation.compile_cached(broken)
-
-
-# ---------------------------------------------------------------- block reductions (grid.py BlockReduce)
-
-def test_block_reductions_take_large_reductions_into_few_outputs():
-    full = only(x_of((10000,)).r(ReduceOps.SUM, (0,)))
-    assert grid_map(full).block_reduce is not None and RENDERER.launch_dims(full) == ((1, 1, 1), (LANES, 1, 1))
-    source = RENDERER.render(full)
-    assert "if ((int64_t)blockIdx.x != 0) return;" in source and FIRST_THREAD_ONLY not in source
-    assert "__shared__ float part" in source and source.count("__syncthreads();") == 3
-    assert f"__launch_bounds__({LANES})" in source
-    for shape, axis, blocks in (((40, 3000), 1, 40), ((3000, 40), 0, 40), ((2, 3, 2048), 2, 6)):
-        program = only(x_of(shape).r(ReduceOps.MAX, (axis,)))
-        assert grid_map(program).block_reduce is not None, shape
-        assert RENDERER.launch_dims(program) == ((blocks, 1, 1), (LANES, 1, 1)), shape
-        assert "+= (int64_t)gridDim.x)" in RENDERER.render(program)  # the outputs are strided by blocks
-    n = fast.Variable("n", 1, 5000)
-    kept = [x_of((40, 2047)).r(ReduceOps.SUM, (1,)), x_of((4097, 2048)).r(ReduceOps.SUM, (1,)),
-            softmax(x_of((4, 3000))),
-            x_of((3, 5000)).shrink(((0, 3), (0, n.bind(4000)))).r(ReduceOps.SUM, (1,)),
-            x_of((2, 3000)).r(ReduceOps.SUM, (1,)).e(BinaryOps.ADD, x_of((2, 3000)).r(ReduceOps.MAX, (1,)))]
-    for out in kept:
-        program = only(out)
-        assert grid_map(program).block_reduce is None, program.name
-
-
-def _reduction(init: float, update: BinaryOps = BinaryOps.ADD, read_inside: bool = False, index_after: bool = False,
-               other_op: bool = False) -> LinearProgram:
-    """out[0] = fold of a[0..4096) by `update` from `init`, with one thing a block reduction refuses."""
-    b = IRBuilder()
-    zero, n = b.const(0, I64), b.const(4096, I64)
-    acc = b.define_acc(init, F32)
-    scaled = b.index(IndexOps.MUL, b.define_var("s"), b.const(2, I64)) if index_after else None
-    r = b.loop(zero, n, LoopKind.REDUCE)
-    value = b.load(1, F32, r)
-    if read_inside:
-        value = b.alu(BinaryOps.MUL, (value, acc))
-    b.assign(acc, b.alu(update, (acc, value)))
-    if other_op:
-        b.assign(acc, b.alu(BinaryOps.MAX, (acc, value)))
-    b.end_loop()
-    b.store(0, zero if scaled is None else scaled, acc)
-    buffers = (BufferInfo(0, F32, True, 1 if scaled is None else 64), BufferInfo(1, F32, False, 4096))
-    return LinearProgram("reduction", tuple(b.instrs), buffers, ("s",) if index_after else ())
-
-
-def test_block_reductions_refuse_what_would_change_the_value():
-    assert grid_map(_reduction(0.0)).block_reduce is not None
-    assert grid_map(_reduction(float("-inf"), BinaryOps.MAX)).block_reduce is not None
-    refused = {"not the identity": _reduction(1.0), "not the identity of MAX": _reduction(0.0, BinaryOps.MAX),
-               "accumulator read in the loop": _reduction(0.0, read_inside=True),
-               "two update ops": _reduction(0.0, other_op=True),
-               "a value of the lanes' scope read after the loop": _reduction(0.0, index_after=True)}
-    for why, program in refused.items():
-        verify(program)
-        assert grid_map(program).single, why
-
-
-def _lanes_then_tree(values: np.ndarray) -> np.float32:
-    """The documented order in float32: lane l sums values[l::LANES] in order, then the tree."""
-    partials = np.zeros(LANES, np.float32)
-    for lane in range(LANES):
-        for value in values[lane::LANES]:
-            partials[lane] = np.float32(partials[lane] + value)
-    half = LANES // 2
-    while half:
-        partials[:half] = partials[:half] + partials[half:2 * half]
-        half //= 2
-    return partials[0]
-
-
-@pytest.mark.parametrize("launch", [None, (1, 1), (1, 2), (3, 7), (2, 64), (1, 100), (1, 256)])
-def test_block_reduction_bits_are_the_documented_order_whatever_the_block(emulation, launch):
-    values = np.random.default_rng(3).standard_normal(5003).astype(np.float32) * np.float32(1e3)
-    program = only(fast.from_numpy(values, "CLANG").r(ReduceOps.SUM, (0,)))
-    assert grid_map(program).block_reduce is not None
-    with launching(*(launch or (None, None)), reverse=launch is not None and launch[1] % 2 == 1):
-        got = run_emulated(emulation, program, [values])
-    assert got.view(np.uint32)[0] == _lanes_then_tree(values).view(np.uint32)
