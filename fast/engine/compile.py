@@ -31,7 +31,8 @@ from fast.runtime.base import Compiler
 @dataclass(frozen=True)
 class Kernel:
     """One compiled kernel. `binary`: what the device's compiler produced (a shared object for
-    CLANG, an object file for LLVM, a cubin or PTX for CUDA); `global_size` / `local_size`: the
+    CLANG; for LLVM the object file behind a 26-byte header, `runtime.llvm.LIBRARY_MAGIC` and a
+    source digest; a cubin, or NUL-terminated PTX, for CUDA); `global_size` / `local_size`: the
     launch grid and block of a GPU kernel (None on CPUs, whose kernels loop over their outputs)."""
 
     name: str
