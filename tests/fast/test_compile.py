@@ -58,7 +58,9 @@ def test_compile_lists_the_scheduled_kernels_in_order_and_runs_nothing(device: s
 @pytest.mark.parametrize("device", CPU_DEVICES)
 def test_a_realize_after_compile_finds_the_code_compiled(device: str) -> None:
     out, want = _softmax_then_sum(device)
+    compiles_before = COMPILE_COUNTER.snapshot()[0]
     kernels = fast.compile(out)
+    assert COMPILE_COUNTER.snapshot()[0] - compiles_before == len(kernels) >= 1, "compile compiles each kernel"
     compiles_before = COMPILE_COUNTER.snapshot()[0]
     np.testing.assert_allclose(fast.to_numpy(out), want, rtol=1e-5)
     assert COMPILE_COUNTER.snapshot()[0] == compiles_before, "realize compiled again what compile compiled"
