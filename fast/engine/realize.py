@@ -304,11 +304,11 @@ def _run_custom(item: ScheduleItem) -> str:
 
 def _run_item(item: ScheduleItem, timed: bool) -> str:
     """Run one item; returns its DEBUG=2 description (with time and rates when `timed`)."""
-    op = item.ast.op
-    if op is not LoadOps.COPY and Device[item.bufs[0].device].remote:
+    op, device = item.ast.op, item.bufs[0].device
+    if op is not LoadOps.COPY and "@" in device and Device[device].remote:
         for buffer in item.outputs:  # placeholders: another rank runs this item
             buffer.allocate(zeroed=False)
-        return f"{op.name.lower()} on {item.bufs[0].device} (another rank's)"
+        return f"{op.name.lower()} on {device} (another rank's)"
     if op is KernelOps.SINK:
         return _run_kernel(item, timed)
     start = time.perf_counter()
