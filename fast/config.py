@@ -20,6 +20,17 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from error
 
 
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "")
+    try:
+        value = float(raw) if raw != "" else default
+    except ValueError as error:
+        raise ValueError(f"environment variable {name}={raw!r} is not a number") from error
+    if not value > 0:
+        raise ValueError(f"environment variable {name}={raw!r} must be a positive number of seconds")
+    return value
+
+
 @dataclass(frozen=True)
 class Config:
     """A snapshot of the configuration. Defaults match SPEC.md."""
@@ -49,6 +60,7 @@ class Config:
     nvrtc_path: str = ""  # NVRTC_PATH: libnvrtc.so (or its directory) to use first (runtime/nvrtc.py search order)
     cuda_path: str = ""  # CUDA_PATH: a CUDA toolkit root; its lib64 is searched for NVRTC
     cuda_home: str = ""  # CUDA_HOME: the same, searched after CUDA_PATH
+    mpi_timeout: float = 60.0  # MPI_TIMEOUT: seconds a blocking MPI transfer waits before raising (docs/mpi.md)
     cuda_arch: str = "sm_90"  # CUDA_ARCH: NVRTC target (sm_XY) when no CUDA driver says the GPU's own (runtime/cuda.py)
 
     def __hash__(self) -> int:
@@ -90,6 +102,7 @@ class Config:
             cuda_path=env.get("CUDA_PATH", ""),
             cuda_home=env.get("CUDA_HOME", ""),
             cuda_arch=env.get("CUDA_ARCH", "") or Config.cuda_arch,
+            mpi_timeout=_float(env, "MPI_TIMEOUT", 60.0),
         )
 
 

@@ -1,10 +1,13 @@
 """Device names, the device registry, and `Buffer`: a typed span of device memory.
 
 Invariants:
-- A canonical device name is `KIND` or `KIND:N` (N >= 1) for KIND in CLANG, LLVM, CUDA, or
-  `DISK:<path>`; `KIND:0` canonicalises to `KIND`. Nothing else is a device name (ValueError).
-- `Device[name]` imports `fast.runtime.<kind lower-case>` and calls its `create(canonical_name)`
+- A canonical device name is `KIND`, `KIND:N` (N >= 1), either followed by `@R` (R >= 0: the MPI
+  rank owning the device, docs/mpi.md), for KIND in CLANG, LLVM, CUDA, or `DISK:<path>` (never a
+  rank); `KIND:0` canonicalises to `KIND`, `@01` to `@1`. Nothing else is a device name (ValueError).
+- `Device[name]` imports `fast.runtime.<kind lower-case>` and calls its `create(name without @R)`
   once per canonical name; the graph layer never touches a device until something is allocated.
+  A name with `@R` is that device renamed; when R is not this process's rank its allocator holds
+  placeholders (`Compiled.remote`); R outside the communicator is a ValueError naming the device.
 - A `Buffer` is either a base (owns an allocation) or a view (`base` is another base `Buffer`, at a
   byte `offset`); a view never outlives the allocation it points into: it holds its base, and the
   base's memory is only freed when no view is alive and its reference count is zero.
@@ -16,6 +19,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import re
@@ -28,7 +32,7 @@ from fast import config
 from fast.dtype import DType
 
 COMPUTE_KINDS = ("CLANG", "LLVM", "CUDA")
-_NUMBERED = re.compile(r"(CLANG|LLVM|CUDA)(?::([0-9]+))?", re.ASCII)
+_NUMBERED = re.compile(r"(CLANG|LLVM|CUDA)(?::([0-9]+))?(?:@([0-9]+))?", re.ASCII)
 
 
 class Allocator(Protocol):
@@ -47,9 +51,10 @@ def _canonical(name: str) -> str:
         return name
     match = _NUMBERED.fullmatch(name)
     if match is None:
-        raise ValueError(f"unknown device {name!r} (expected CLANG, LLVM, CUDA[:N] or DISK:<path>)")
-    kind, number = match.group(1), match.group(2)
-    return kind if number is None or int(number) == 0 else f"{kind}:{int(number)}"
+        raise ValueError(f"unknown device {name!r} (expected CLANG, LLVM, CUDA[:N][@RANK] or DISK:<path>)")
+    kind, number, rank = match.groups()
+    local = kind if number is None or int(number) == 0 else f"{kind}:{int(number)}"
+    return local if rank is None else f"{local}@{int(rank)}"
 
 
 class _DeviceRegistry:
@@ -68,7 +73,7 @@ class _DeviceRegistry:
     @staticmethod
     def kind(name: str) -> str:
         """`CLANG`, `LLVM`, `CUDA` or `DISK` for a (possibly non-canonical) device name."""
-        return _DeviceRegistry.canonicalize(name).split(":", 1)[0]
+        return _DeviceRegistry.canonicalize(name).split(":", 1)[0].split("@", 1)[0]
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802  (public API name)
@@ -82,10 +87,21 @@ class _DeviceRegistry:
         canonical = self.canonicalize(name)
         device = self.opened.get(canonical)
         if device is None:
-            module = importlib.import_module("fast.runtime." + self.kind(canonical).lower())
-            device = module.create(canonical)
-            self.opened[canonical] = device
+            device = self.opened[canonical] = _open(canonical)
         return device
+
+
+def _open(canonical: str) -> Any:
+    """The device record for a canonical name (see the module docstring for names with `@R`)."""
+    if "@" not in canonical or canonical.startswith("DISK:"):
+        return importlib.import_module("fast.runtime." + Device.kind(canonical).lower()).create(canonical)
+    from fast.runtime import mpi
+
+    mpi.check_rank(canonical)
+    local = Device[mpi.local_name(canonical)]
+    if mpi.is_mine(canonical):
+        return dataclasses.replace(local, name=canonical)
+    return dataclasses.replace(local, name=canonical, allocator=mpi.RemoteAllocator(canonical), remote=True)
 
 
 Device = _DeviceRegistry()

@@ -67,18 +67,20 @@ def resolve(op: str, dims: Any) -> Shape:
     return out
 
 
-_DEVICE = re.compile(r"(CLANG|LLVM|CUDA)(?::(\d+))?|DISK:.+", re.DOTALL)
+_DEVICE = re.compile(r"(CLANG|LLVM|CUDA)(?::([0-9]+))?(?:@([0-9]+))?|DISK:.+", re.DOTALL)
 
 
 def canonical_device(device: Any) -> str:
-    """The canonical device name ('X:0' -> 'X'); ValueError naming any unknown device."""
+    """The canonical device name ('X:0' -> 'X', 'X:0@01' -> 'X@1'); ValueError naming any unknown
+    device. `@RANK` (the MPI rank owning a device) is only a label here: numpy computes everything."""
     m = _DEVICE.fullmatch(device) if isinstance(device, str) else None
     if m is None:
         raise ValueError(f"unknown device {device!r}")
     if m.group(1) is None:
         return str(device)
     n = int(m.group(2) or 0)
-    return m.group(1) if n == 0 else f"{m.group(1)}:{n}"
+    local = m.group(1) if n == 0 else f"{m.group(1)}:{n}"
+    return local if m.group(3) is None else f"{local}@{int(m.group(3))}"
 
 
 def _pairs(op: str, shape: Shape, arg: Any) -> tuple[tuple[int, int], ...]:

@@ -1,5 +1,9 @@
 """Reading values back: `to_numpy` realizes a buffer and copies its values into a fresh numpy array
-(through a contiguous host-readable copy when the buffer is a view or lives on DISK)."""
+(through a contiguous host-readable copy when the buffer is a view or lives on DISK).
+
+Under MPI (docs/mpi.md) the realize is collective (every rank runs it); reading values is local: a
+buffer on another rank's device is a RuntimeError after the realize (use fast.mpi.gather/allgather),
+and a MultiLazyBuffer with axis None reads a real replica that this rank holds."""
 from __future__ import annotations
 
 import math
@@ -11,6 +15,7 @@ from fast.device import Buffer
 from fast.engine import fusion
 from fast.engine.realize import realize, to_public
 from fast.lazy import LazyBuffer
+from fast.runtime import mpi
 from fast.shape.symbolic import Node
 
 
@@ -28,12 +33,22 @@ def to_numpy(buffer: Any) -> np.ndarray:
     A MultiLazyBuffer gives its real shards joined along its axis, or its first real shard."""
     if hasattr(buffer, "real_lbs"):
         realize(buffer)
+        if buffer.axis is None:
+            return to_numpy(local_replica(buffer))
+        elsewhere = [shard.device for shard in buffer.real_lbs if not mpi.is_mine(shard.device)]
+        if elsewhere:
+            raise RuntimeError(f"to_numpy: shards of {buffer!r} on {elsewhere} belong to other ranks than this "
+                               f"rank {mpi.rank()}; use fast.mpi.gather(buffer, root) or fast.mpi.allgather(buffer)")
         shards = [to_numpy(shard) for shard in buffer.real_lbs]
-        return shards[0] if buffer.axis is None else np.concatenate(shards, axis=buffer.axis)
+        return np.concatenate(shards, axis=buffer.axis)
     if not isinstance(buffer, LazyBuffer):
         raise TypeError(f"to_numpy: {buffer!r} is not a LazyBuffer or MultiLazyBuffer")
     shape = concrete_shape(buffer.shape)
     realize(buffer)
+    if not mpi.is_mine(buffer.device):
+        raise RuntimeError(f"to_numpy: {buffer!r} is on {buffer.device}, owned by rank {mpi.owner(buffer.device)}, "
+                           f"not this rank {mpi.rank()}; use fast.mpi.gather(buffer, root) or "
+                           "fast.mpi.allgather(buffer) on every rank")
     if math.prod(shape) == 0:  # a zero-size graph is a constant with no elements: nothing to read
         return np.empty(shape, dtype=buffer.dtype.np)
     readable = _readable_on_host(buffer)
@@ -42,6 +57,15 @@ def to_numpy(buffer: Any) -> np.ndarray:
     if stored is None:
         raise RuntimeError(f"to_numpy: {buffer!r} did not realize")
     return to_public(stored.as_numpy()[:math.prod(shape)], buffer.dtype).reshape(shape).copy()
+
+
+def local_replica(buffer: Any) -> LazyBuffer:
+    """The first real shard of an unsharded (axis None) MultiLazyBuffer that this rank holds."""
+    for shard in buffer.real_lbs:
+        if mpi.is_mine(shard.device):
+            return shard  # type: ignore[no-any-return]
+    raise RuntimeError(f"to_numpy: no real replica of {buffer!r} is on this rank {mpi.rank()} "
+                       f"(devices {buffer.device}); use fast.mpi.gather(buffer, root) or fast.mpi.allgather(buffer)")
 
 
 def concrete_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:

@@ -44,6 +44,7 @@ from fast.engine.schedule import CustomCall, ScheduleItem, Step, lazy_buffers, p
 from fast.lazy import LazyBuffer
 from fast.lazy_versions import assign_realized
 from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
+from fast.runtime import mpi
 from fast.runtime.launch import launch
 
 DUMP_STAGES = ("schedule", "ast", "ir", "source")
@@ -231,6 +232,8 @@ def _run_copy(item: ScheduleItem) -> str:
     """Copy between devices (or within one) through host memory: copyout, then copyin."""
     destination, source = item.bufs
     _require_allocated(item)
+    if "@" in destination.device or "@" in source.device:
+        return _run_rank_copy(destination, source)
     staging = np.empty(source.nbytes, dtype=np.uint8)
     if source.nbytes:
         source.copyout(staging.data)
@@ -238,6 +241,29 @@ def _run_copy(item: ScheduleItem) -> str:
     if destination.nbytes:
         destination.copyin(staging.data)
     return f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
+
+
+def _run_rank_copy(destination: Buffer, source: Buffer) -> str:
+    """A copy where a device carries an MPI rank (docs/mpi.md), run alike on every rank in schedule
+    order: within one rank, the owner copies locally; across ranks, the source's owner sends and the
+    destination's owner (every rank for a name without a rank) receives; other ranks only take the
+    destination's placeholder. Zero bytes move nothing anywhere."""
+    src_owner, dst_owner, me = mpi.owner(source.device), mpi.owner(destination.device), mpi.rank()
+    destination.allocate(zeroed=False)  # a placeholder where the destination is another rank's
+    description = f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
+    if not source.nbytes or not mpi.is_mine(destination.device) and me != src_owner:
+        return description + " (elsewhere)"
+    staging = np.empty(source.nbytes, dtype=np.uint8)
+    if src_owner is None or src_owner == dst_owner:  # the data is on the destination's rank already
+        destination.copyin(source.copyout(staging.data))
+        return description
+    targets = list(range(mpi.size())) if dst_owner is None else [dst_owner]
+    if me == src_owner:
+        source.copyout(staging.data)
+    mpi.transfer(staging, staging, src_owner, targets)
+    if mpi.is_mine(destination.device):
+        destination.copyin(staging.data)
+    return description + (" (sent)" if me == src_owner else " (received)")
 
 
 def to_public(storage: np.ndarray, dtype: DType) -> np.ndarray:
@@ -278,7 +304,11 @@ def _run_custom(item: ScheduleItem) -> str:
 
 def _run_item(item: ScheduleItem, timed: bool) -> str:
     """Run one item; returns its DEBUG=2 description (with time and rates when `timed`)."""
-    op = item.ast.op
+    op, device = item.ast.op, item.bufs[0].device
+    if op is not LoadOps.COPY and "@" in device and Device[device].remote:
+        for buffer in item.outputs:  # placeholders: another rank runs this item
+            buffer.allocate(zeroed=False)
+        return f"{op.name.lower()} on {device} (another rank's)"
     if op is KernelOps.SINK:
         return _run_kernel(item, timed)
     start = time.perf_counter()
@@ -334,6 +364,8 @@ def _run_devices_in_parallel(items: Sequence[ScheduleItem], debug: int, plans: l
     first = items[0].bufs[0].device
     if all(item.bufs[0].device == first for item in items) or not config.get().parallel_devices:
         return False  # the common single-device schedule: decided in a few attribute reads
+    if any("@" in buffer.device for item in items for buffer in item.bufs):
+        return False  # MPI transfers run in schedule order on the caller's thread (docs/mpi.md)
     from fast.engine import parallel  # here, not at the top: the single-device path never needs it
 
     if plans:

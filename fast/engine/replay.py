@@ -36,6 +36,7 @@ from fast.engine.schedule import ScheduleItem, Step, check_stale_outputs
 from fast.lazy import LazyBuffer
 from fast.lazy_keys import arg_key
 from fast.ops import BinaryOps, KernelOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from fast.runtime import mpi
 
 MAX_TEMPLATES = 256
 _ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
@@ -217,8 +218,9 @@ def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
             return None
         items.append((item.ast, tuple(where[id(buffer)] for buffer in item.bufs)))
         realized.extend(numbers[id(owner)] for owner in step.owners if id(owner) in numbers)
-    direct = all(step.item.ast.op is KernelOps.SINK for step in steps) \
-        and len({step.item.bufs[0].device for step in steps}) <= 1
+    devices = {step.item.bufs[0].device for step in steps}
+    direct = all(step.item.ast.op is KernelOps.SINK for step in steps) and len(devices) <= 1 \
+        and all(mpi.is_mine(device) for device in devices)  # another rank's kernels never launch here
     slot_maps, structures = _slot_maps(sig, [ast for ast, _ in items]) if direct else ((), ())
     return Template(tuple(items), tuple(realized), direct, tuple(sig.consts), slot_maps, structures)
 

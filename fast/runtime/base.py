@@ -141,7 +141,8 @@ def _always() -> bool:
 class Compiled:
     """A device: how to allocate, render, compile and load. Two names may share every part.
     `can_run()`: whether this process can allocate and run on it (False for CUDA without a driver,
-    whose kernels can still be rendered and compiled ahead of time)."""
+    whose kernels can still be rendered and compiled ahead of time). `remote`: another MPI rank owns
+    the device (docs/mpi.md): its allocator hands out placeholders and the engine runs none of its work."""
 
     name: str
     allocator: Allocator
@@ -149,3 +150,4 @@ class Compiled:
     compiler: Compiler
     runtime: Callable[[str, bytes, Any], Program]
     can_run: Callable[[], bool] = _always
+    remote: bool = False
