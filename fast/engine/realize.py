@@ -234,13 +234,18 @@ def _run_copy(item: ScheduleItem) -> str:
     _require_allocated(item)
     if "@" in destination.device or "@" in source.device:
         return _run_rank_copy(destination, source)
+    _copy_through_host(destination, source)
+    return f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
+
+
+def _copy_through_host(destination: Buffer, source: Buffer) -> None:
+    """Both buffers' memory is this process's: copyout into a staging array, then copyin."""
     staging = np.empty(source.nbytes, dtype=np.uint8)
     if source.nbytes:
         source.copyout(staging.data)
     destination.allocate(zeroed=False)
     if destination.nbytes:
         destination.copyin(staging.data)
-    return f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
 
 
 def _run_rank_copy(destination: Buffer, source: Buffer) -> str:
@@ -253,10 +258,10 @@ def _run_rank_copy(destination: Buffer, source: Buffer) -> str:
     description = f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
     if not source.nbytes or not mpi.is_mine(destination.device) and me != src_owner:
         return description + " (elsewhere)"
-    staging = np.empty(source.nbytes, dtype=np.uint8)
     if src_owner is None or src_owner == dst_owner:  # the data is on the destination's rank already
-        destination.copyin(source.copyout(staging.data))
+        _copy_through_host(destination, source)
         return description
+    staging = np.empty(source.nbytes, dtype=np.uint8)
     targets = list(range(mpi.size())) if dst_owner is None else [dst_owner]
     if me == src_owner:
         source.copyout(staging.data)
