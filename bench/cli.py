@@ -17,6 +17,7 @@ from typing import Any
 
 import fast
 from bench import RESULTS_DIR, SCHEMA
+from bench.ceiling import measure_read_ceiling
 from bench.machine import machine_info, measure_bandwidth
 from bench.peers import load_peers
 from bench.report import detail_lines, summary_lines, text_table, write_all
@@ -90,6 +91,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     workloads, notes = selected(options)
     notes = [*options.note, *notes]
     bandwidth = measure_bandwidth(options.bandwidth_mib or (32 if options.quick else 256))
+    ceiling = measure_read_ceiling((1 << 24) // (64 if options.quick else 1))
     plan, peer_notes = build_plan(options, bandwidth["bandwidth_gbs"])
     notes += peer_notes
     for note in notes:
@@ -103,7 +105,8 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     return {"schema": SCHEMA, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python -m bench", *options.argv]), "quick": options.quick,
             "devices": list(plan.devices), "budget": as_dict(plan.budget), "machine": machine_info(),
-            "bandwidth": bandwidth, "fast": {**fast_info(), "compile_cache": "fresh temporary directory"},
+            "bandwidth": bandwidth, "read_ceiling": ceiling,
+            "fast": {**fast_info(), "compile_cache": "fresh temporary directory"},
             "peers": {ops.name: ops.version for ops in plan.peers}, "notes": notes, "results": rows,
             "peer_results": peer_results, "failures": failures(rows, peer_results),
             "wall_s": round(time.perf_counter() - started, 1)}

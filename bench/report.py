@@ -8,6 +8,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bench.ceiling import reachable_ratio
+
+READ_WORKLOADS = ("sum", "row_sum", "col_sum")  # each reads 16M float32 once, like the ceiling
+
 BASE_COLUMNS = ("workload", "device", "median ms", "min", "max", "numpy ms", "ratio")
 TAIL_COLUMNS = ("kernels", "compile s", "GB/s", "% bw", "GFLOP/s", "check")
 
@@ -78,6 +82,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              f"numpy {machine['numpy']}",
              f"bandwidth: {bandwidth['single_thread_gbs']} GB/s one thread, {bandwidth['all_cores_gbs']} GB/s "
              f"{bandwidth['threads']} threads (copy of {bandwidth['array_mib']} MiB; read + write)",
+             ceiling_line(result.get("read_ceiling")),
              f"fast: {result['fast']['file']} (git {result['fast'].get('git') or '?'})"]
     lines += [f"note: {note}" for note in result.get("notes", [])]
     return lines
@@ -86,7 +91,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 def detail_lines(result: dict[str, Any]) -> list[str]:
     """What the table has no column for: graph_build's µs per node, const_realizes' compiles and memory
     growth, sharded's speedups, safetensors_read's bytes read and full-read time, and every failure."""
-    lines = []
+    lines, ceiling = [], result.get("read_ceiling") or {}
     for row in result["results"]:
         if row["workload"] == "graph_build" and "build_us_per_node" in row:
             lines.append(f"graph_build on {row['device']} ({row['nodes']} nodes): build "
@@ -104,7 +109,27 @@ def detail_lines(result: dict[str, Any]) -> list[str]:
             lines.append(sharded_line(row))
         if row["workload"] == "safetensors_read" and "full_ms" in row:
             lines.append(safetensors_line(row))
+        if row["workload"] in READ_WORKLOADS and "median_ms" in row and "all_cores_ms" in ceiling:
+            lines.append(reduction_line(row, ceiling))
     return lines + [f"FAILED: {line}" for line in result.get("failures", [])]
+
+
+def ceiling_line(ceiling: dict[str, Any] | None) -> str:
+    """The read ceiling (bench/ceiling.py), or why it is missing."""
+    if not ceiling or "all_cores_ms" not in ceiling:
+        return f"read ceiling: not measured ({(ceiling or {}).get('error', 'absent from this result')})"
+    return (f"read ceiling (hand-written C sum of {ceiling['elements']:,} float32): {ceiling['single_thread_gbs']} "
+            f"GB/s one thread ({ceiling['single_thread_ms']} ms), {ceiling['all_cores_gbs']} GB/s "
+            f"{ceiling['threads']} threads ({ceiling['all_cores_ms']} ms); bytes read, median")
+
+
+def reduction_line(row: dict[str, Any], ceiling: dict[str, Any]) -> str:
+    """A reduction over 16M float32 against the read ceiling: its share of the ceiling, and the best
+    ratio against numpy that a kernel running exactly at the ceiling would reach in this run."""
+    reachable = reachable_ratio(row.get("numpy_ms"), ceiling)
+    return (f"{row['workload']} on {row['device']}: {fmt(row['median_ms'])} ms, "
+            f"{fmt(100 * float(ceiling['all_cores_ms']) / row['median_ms'])}% of the read ceiling's speed; "
+            f"ratio {fmt(row.get('ratio_numpy'))}x numpy, {fmt(reachable)}x at the ceiling")
 
 
 def safetensors_line(row: dict[str, Any]) -> str:

@@ -62,6 +62,25 @@ def test_json_has_machine_bandwidth_and_every_row(quick_run: tuple[subprocess.Co
     assert result["failures"] == []
 
 
+def test_read_ceiling_is_measured_and_reported(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    """The hand-written C reduction ran (this machine has a C compiler: CLANG needs one) and every
+    reduction reading 16M float32 gets a line comparing it with the ceiling."""
+    done, out = quick_run
+    ceiling = load(out)["read_ceiling"]
+    assert ceiling["elements"] == (1 << 24) // 64 and ceiling["threads"] >= 1, ceiling
+    assert ceiling["single_thread_gbs"] > 0 and ceiling["all_cores_gbs"] > 0, ceiling
+    assert "read ceiling (hand-written C sum" in done.stdout
+    for name in ("sum", "row_sum", "col_sum"):
+        assert f"{name} on CLANG: " in done.stdout and "x at the ceiling" in done.stdout
+
+
+def test_reachable_ratio_is_numpy_time_over_ceiling_time() -> None:
+    from bench.ceiling import reachable_ratio
+    assert reachable_ratio(12.0, {"all_cores_ms": 4.0}) == 3.0
+    assert reachable_ratio(None, {"all_cores_ms": 4.0}) is None
+    assert reachable_ratio(12.0, {"error": "no C compiler"}) is None
+
+
 def test_rows_pass_their_checks_and_count_kernels(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     for row in load(quick_run[1])["results"]:
         assert ROW_FIELDS <= set(row), row
