@@ -1,4 +1,5 @@
-"""Running schedules: `run_schedule`, `realize`, the program cache, DEBUG lines and IR dumps.
+"""Running schedules: `run_schedule`, `realize`, the program cache, DEBUG lines and IR dumps (the
+items that are not kernels run in engine/items.py; stage names and AST text are engine/dumps.py).
 
 Pipeline of one kernel (`compile_item`, the one place that shows it whole):
     ast --lower--> LinearProgram --render--> source --compile_cached--> library --runtime--> Program
@@ -22,32 +23,26 @@ Realized bases drop their sources after `realize`.
 """
 from __future__ import annotations
 
-import functools
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from fast import config
 from fast.codegen import format_program, lower
 from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
 from fast.device import Buffer, Device
-from fast.dtype import DType, dtypes
 from fast.engine import replay
+from fast.engine.dumps import dump_stages, format_ast
+from fast.engine.items import require_allocated, run_copy, run_custom
 from fast.engine.programs import ProgramCache
-from fast.engine.schedule import CustomCall, ScheduleItem, Step, lazy_buffers, plan_schedule
+from fast.engine.schedule import ScheduleItem, Step, lazy_buffers, plan_schedule
 from fast.lazy import LazyBuffer
 from fast.lazy_versions import assign_realized
-from fast.ops import BufferOps, KernelOps, LazyOp, LoadOps
-from fast.runtime import mpi
+from fast.ops import KernelOps, LazyOp, LoadOps
 from fast.runtime.launch import launch
-
-DUMP_STAGES = ("schedule", "ast", "ir", "source")
 
 # Observers that fast/debug registers (GRAPH=1 pictures, the DEBUG=2 schedule table); the engine only calls
 # them: each of REALIZE_OBSERVERS with the outputs of every `realize` before anything is scheduled, each of
@@ -87,40 +82,6 @@ def ast_key(ast: LazyOp) -> tuple[Any, ...]:
     kernel storing -0.0 is never reused for one storing 0.0), built in linear time: the structure
     (constants replaced by slot numbers) and the constants' bit patterns (codegen/const_args.py)."""
     return kernel_keys(ast)
-
-
-def dump_stages() -> frozenset[str]:
-    """The stages named by `config.get().dump_ir`; ValueError for an unknown name."""
-    return _stages_named(config.get().dump_ir)
-
-
-@functools.lru_cache(maxsize=16)
-def _stages_named(dump_ir: str) -> frozenset[str]:
-    names = frozenset(name.strip() for name in dump_ir.split(",") if name.strip())
-    unknown = sorted(names - set(DUMP_STAGES))
-    if unknown:
-        raise ValueError(f"DUMP_IR: unknown stage(s) {unknown}; known: {', '.join(DUMP_STAGES)}")
-    return names
-
-
-def format_ast(ast: LazyOp) -> str:
-    """One line per AST node, sources first, shared nodes printed once (`%N` names a node)."""
-    nodes = ast.walk()
-    position = {id(node): index for index, node in enumerate(nodes)}
-    lines = []
-    for index, node in enumerate(nodes):
-        arg = node.arg
-        if node.op in (BufferOps.LOAD, BufferOps.STORE, BufferOps.CONST):
-            head = f"data{arg.idx}" if node.op is not BufferOps.CONST else f"{arg.val!r}"
-            views = " + ".join(f"{v.shape}:{v.strides}@{v.offset}" + (f" mask {v.mask}" if v.mask else "")
-                               for v in arg.st.views)
-            arg = f"{head} {arg.dtype.name} {views}"
-        elif isinstance(arg, DType):
-            arg = arg.name
-        srcs = " ".join(f"%{position[id(src)]}" for src in node.src)
-        lines.append(" ".join(part for part in (f"%{index} = {node.op.name}", "" if arg is None else str(arg), srcs)
-                              if part))
-    return "\n".join(lines)
 
 
 def compile_item(ast: LazyOp, device: str, const_params: bool = False) -> CompiledKernel:
@@ -197,19 +158,13 @@ def kernel_for(device: str, ast: LazyOp, structure: Any, bits: tuple[int, ...],
 
 # ---------------------------------------------------------------- running items
 
-def _require_allocated(item: ScheduleItem) -> None:
-    for buffer in item.inputs:
-        if not buffer.is_allocated():
-            raise RuntimeError(f"run_schedule: input {buffer!r} of {item.ast.op.name} was never computed")
-
-
 def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     device = item.bufs[0].device
     kernel, constants = get_kernel(device, item.ast)
     program = kernel.program
     if len(constants) != program.const_slots:
         raise RuntimeError(f"run_schedule: {program.name} takes {program.const_slots} constants, got {len(constants)}")
-    _require_allocated(item)
+    require_allocated(item)
     for buffer in item.outputs:
         buffer.allocate(zeroed=False)  # a kernel writes every element of its outputs
     try:
@@ -228,85 +183,6 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     return info
 
 
-def _run_copy(item: ScheduleItem) -> str:
-    """Copy between devices (or within one) through host memory: copyout, then copyin."""
-    destination, source = item.bufs
-    _require_allocated(item)
-    if "@" in destination.device or "@" in source.device:
-        return _run_rank_copy(destination, source)
-    _copy_through_host(destination, source)
-    return f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
-
-
-def _copy_through_host(destination: Buffer, source: Buffer) -> None:
-    """Both buffers' memory is this process's: copyout into a staging array, then copyin."""
-    staging = np.empty(source.nbytes, dtype=np.uint8)
-    if source.nbytes:
-        source.copyout(staging.data)
-    destination.allocate(zeroed=False)
-    if destination.nbytes:
-        destination.copyin(staging.data)
-
-
-def _run_rank_copy(destination: Buffer, source: Buffer) -> str:
-    """A copy where a device carries an MPI rank (docs/mpi.md), run alike on every rank in schedule
-    order: within one rank, the owner copies locally; across ranks, the source's owner sends and the
-    destination's owner (every rank for a name without a rank) receives; other ranks only take the
-    destination's placeholder. Zero bytes move nothing anywhere."""
-    src_owner, dst_owner, me = mpi.owner(source.device), mpi.owner(destination.device), mpi.rank()
-    destination.allocate(zeroed=False)  # a placeholder where the destination is another rank's
-    description = f"copy {source.nbytes} bytes {source.device} -> {destination.device}"
-    if not source.nbytes or not mpi.is_mine(destination.device) and me != src_owner:
-        return description + " (elsewhere)"
-    if src_owner is None or src_owner == dst_owner:  # the data is on the destination's rank already
-        _copy_through_host(destination, source)
-        return description
-    staging = np.empty(source.nbytes, dtype=np.uint8)
-    targets = list(range(mpi.size())) if dst_owner is None else [dst_owner]
-    if me == src_owner:
-        source.copyout(staging.data)
-    mpi.transfer(staging, staging, src_owner, targets)
-    if mpi.is_mine(destination.device):
-        destination.copyin(staging.data)
-    return description + (" (sent)" if me == src_owner else " (received)")
-
-
-def to_public(storage: np.ndarray, dtype: DType) -> np.ndarray:
-    """Storage array -> the array users see (`dtype.np`): bfloat16 bits widen exactly to float32."""
-    if dtype == dtypes.bfloat16:
-        return (storage.astype(np.uint32) << 16).view(np.float32)
-    return storage.view(dtype.np)
-
-
-def to_storage(public: np.ndarray, dtype: DType) -> np.ndarray:
-    """Public array -> storage: bfloat16 rounds float32 to nearest-even (NaN -> quiet NaN)."""
-    if dtype != dtypes.bfloat16:
-        return np.ascontiguousarray(public, dtype=dtype.np)
-    bits = np.ascontiguousarray(public, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    is_nan = ((bits & 0x7F800000) == 0x7F800000) & ((bits & 0x7FFFFF) != 0)
-    return np.where(is_nan, ((bits >> 16) & 0x8000).astype(np.uint16) | 0x7FC0, rounded).astype(np.uint16)
-
-
-def _run_custom(item: ScheduleItem) -> str:
-    """CUSTOM: `fn(out, *inputs)` on fresh host arrays of the public dtypes, then copied in."""
-    call: CustomCall = item.ast.arg
-    _require_allocated(item)
-    inputs = [to_public(buffer.as_numpy()[:math.prod(shape)], buffer.dtype).reshape(shape)
-              for buffer, shape in zip(item.inputs, call.in_shapes, strict=True)]
-    output = item.bufs[0]
-    out = np.zeros(call.out_shape, dtype=output.dtype.np)
-    with np.errstate(all="ignore"):
-        call.fn(out, *inputs)
-    data = to_storage(out, output.dtype).reshape(-1)
-    if data.size < output.size:  # symbolic sizes: the buffer is allocated for the variables' maxima
-        data = np.concatenate([data, np.zeros(output.size - data.size, data.dtype)])
-    output.allocate(zeroed=False)
-    if output.nbytes:
-        output.copyin(data.view(np.uint8).data)
-    return f"custom {getattr(call.fn, '__name__', 'fn')} -> {call.out_shape}"
-
-
 def _run_item(item: ScheduleItem, timed: bool) -> str:
     """Run one item; returns its DEBUG=2 description (with time and rates when `timed`)."""
     op, device = item.ast.op, item.bufs[0].device
@@ -318,14 +194,14 @@ def _run_item(item: ScheduleItem, timed: bool) -> str:
         return _run_kernel(item, timed)
     start = time.perf_counter()
     if op is LoadOps.COPY:
-        info = _run_copy(item)
+        info = run_copy(item)
     elif op is LoadOps.CUSTOM:
-        info = _run_custom(item)
+        info = run_custom(item)
     elif op is LoadOps.EMPTY:
         item.bufs[0].allocate()
         info = f"empty {item.bufs[0].nbytes} bytes"
     elif op is LoadOps.VIEW:
-        _require_allocated(item)
+        require_allocated(item)
         item.bufs[0].allocate()
         info = f"view of {item.bufs[1]!r} at byte {item.bufs[0].offset}"
     else:
