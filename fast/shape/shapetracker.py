@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
+from fast.shape.sizes import Range, strides_for_shape
 from fast.shape.symbolic import MulNode, Node, NumNode, SumNode, Variable, all_int, as_node, sint, sint_prod, sym_and
-from fast.shape.view import Range, View, is_symbolic, strides_for_shape
+from fast.shape.view import View, is_symbolic
 
 
 def _symbolic_view(view: View) -> bool:

@@ -13,68 +13,28 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fast.shape.symbolic import Node, Variable, as_node, as_sint, is_sint, sint, sint_prod, sym_and, sym_sum
-
-Range = tuple[sint, sint]
-
-
-def strides_for_shape(shape: Sequence[sint]) -> tuple[sint, ...]:
-    """C-contiguous strides, with 0 for size-1 axes."""
-    strides: list[sint] = []
-    running: sint = 1
-    for size in reversed(shape):
-        strides.append(0 if size == 1 else running)
-        running = running * size
-    return tuple(reversed(strides))
-
-
-def compare(left: sint, right: sint) -> int | None:
-    """Sign of ``left - right``: 0 when known equal, 1 when known ``>=``, -1 when known ``<=``, else None."""
-    if isinstance(left, int) and isinstance(right, int):
-        return (left > right) - (left < right)
-    difference = as_node(left) - right
-    if left == right or difference.min == difference.max == 0:
-        return 0
-    return 1 if difference.min >= 0 else -1 if difference.max <= 0 else None
-
-
-def definitely_less(left: sint, right: sint) -> bool:
-    """True only when ``left < right`` for every value of the variables."""
-    return (as_node(left) - right).max < 0
-
-
-def smax(left: sint, right: sint) -> sint:
-    """Maximum of two sizes; raises ValueError when symbolic bounds cannot decide it."""
-    order = compare(left, right)
-    if order is None:
-        raise ValueError(f"cannot decide max({left}, {right}) symbolically")
-    return left if order >= 0 else right
-
-
-def smin(left: sint, right: sint) -> sint:
-    """Minimum of two sizes; raises ValueError when symbolic bounds cannot decide it."""
-    order = compare(left, right)
-    if order is None:
-        raise ValueError(f"cannot decide min({left}, {right}) symbolically")
-    return left if order <= 0 else right
-
-
-def _add(values: Iterable[sint]) -> sint:
-    """Sum in plain ints when every value is an int."""
-    return as_sint(sum(values, 0))
-
-
-def _is_empty(start: sint, end: sint) -> bool:
-    order = compare(end, start)
-    return order is not None and order <= 0
-
-
-def _ints(values: Sequence[sint]) -> tuple[int, ...] | None:
-    """The values as ints, or None when any is symbolic."""
-    return tuple(values) if all(isinstance(v, int) for v in values) else None  # type: ignore[arg-type]
+from fast.shape.sizes import (
+    Range,
+    add_sizes,
+    compare,
+    definitely_less,
+    flatten_ranges,
+    ints_or_none,
+    is_empty,
+    match_groups,
+    merge_group,
+    restrict,
+    smax,
+    smin,
+    split_range,
+    strides_for_shape,
+    suffix_products,
+    unravel,
+)
+from fast.shape.symbolic import Node, Variable, as_sint, is_sint, sint, sint_prod, sym_and, sym_sum
 
 
 def _check_shape(op: str, shape: Sequence[sint]) -> tuple[sint, ...]:
@@ -105,14 +65,14 @@ def _canonical(shape: tuple[sint, ...], strides: tuple[sint, ...], offset: sint,
                mask: tuple[Range, ...] | None) -> View:
     strides = tuple(0 if size == 1 else as_sint(stride) for size, stride in zip(shape, strides, strict=True))
     if mask is not None:
-        if any(_is_empty(start, end) for start, end in mask):
+        if any(is_empty(start, end) for start, end in mask):
             return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
         if all(start == 0 and end == size for (start, end), size in zip(mask, shape, strict=True)):
             mask = None
         else:
             single = [compare(end - start, 1) == 0 for start, end in mask]
             folded = (start * stride for (start, _), stride, one in zip(mask, strides, single, strict=True) if one)
-            offset = _add([offset, *folded])
+            offset = add_sizes([offset, *folded])
             strides = tuple(0 if one else stride for stride, one in zip(strides, single, strict=True))
     contiguous = offset == 0 and mask is None and strides == strides_for_shape(shape)
     return View(shape, strides, offset, mask, contiguous)
@@ -159,7 +119,7 @@ class View:
     @property
     def all_invalid(self) -> bool:
         """True when the mask leaves no valid position."""
-        return self.mask is not None and any(_is_empty(start, end) for start, end in self.mask)
+        return self.mask is not None and any(is_empty(start, end) for start, end in self.mask)
 
     def ranges(self) -> tuple[Range, ...]:
         """The valid range of every axis (the mask, or the full axes)."""
@@ -200,7 +160,8 @@ class View:
         shape = tuple(end - start for start, end in ranges)
         if self.all_invalid:
             return View.create(shape, mask=((0, 0),) * len(shape))
-        offset = _add([self.offset, *(start * stride for (start, _), stride in zip(ranges, self.strides, strict=True))])
+        shifts = (start * stride for (start, _), stride in zip(ranges, self.strides, strict=True))
+        offset = add_sizes([self.offset, *shifts])
         mask = pad_mask
         if self.mask is not None:
             bounds = pad_mask if pad_mask is not None else tuple((0, size) for size in shape)
@@ -319,8 +280,9 @@ class View:
         """A view over this view's output that yields the ``out_shape`` base elements in order, or None.
 
         Possible only when the valid region maps one-to-one onto the whole base (permutes, flips, pads)."""
-        shape, strides, ranges = _ints(self.shape), _ints(self.strides), _ints(_flatten(self.ranges()))
-        out = _ints(out_shape)
+        shape, strides = ints_or_none(self.shape), ints_or_none(self.strides)
+        ranges = ints_or_none(flatten_ranges(self.ranges()))
+        out = ints_or_none(out_shape)
         if shape is None or strides is None or ranges is None or out is None or not isinstance(self.offset, int):
             return None
         starts, ends = ranges[0::2], ranges[1::2]
@@ -337,72 +299,11 @@ class View:
         return View.create(shape).shrink(tuple(zip(starts, ends, strict=True))).stride(flips).permute(order)
 
 
-def _match_groups(old: Sequence[sint], new: Sequence[sint]) -> list[tuple[slice, slice]] | None:
-    """Split two lists of non-1 sizes into consecutive groups with equal products (None when impossible)."""
-    groups: list[tuple[slice, slice]] = []
-    i = j = start_i = start_j = 0
-    old_product: sint = 1
-    new_product: sint = 1
-    while i < len(old) or j < len(new):
-        if j == len(new) or (i < len(old) and compare(old_product, new_product) != 1):
-            old_product, i = old_product * old[i], i + 1
-        else:
-            new_product, j = new_product * new[j], j + 1
-        if i > start_i and j > start_j and compare(old_product, new_product) == 0:
-            groups.append((slice(start_i, i), slice(start_j, j)))
-            start_i, start_j, old_product, new_product = i, j, 1, 1
-    return groups if (start_i, start_j) == (len(old), len(new)) else None
-
-
-def _suffix_products(sizes: Sequence[sint]) -> list[sint]:
-    """``[prod(sizes[a + 1:]) for a in range(len(sizes))]``."""
-    products: list[sint] = [1] * len(sizes)
-    for a in reversed(range(len(sizes) - 1)):
-        products[a] = products[a + 1] * sizes[a + 1]
-    return products
-
-
-def _merge_group(shape: Sequence[sint], strides: Sequence[sint],
-                 ranges: Sequence[Range]) -> tuple[sint, Range, sint] | None:
-    """Merge consecutive axes into one: (stride, valid flat range, offset correction), or None.
-
-    The valid region must be a flat range: axes after the last masked one are full and axes before it are
-    single-valued. Single-valued axes may have any stride; the difference is moved into the offset."""
-    weights = _suffix_products(shape)
-    masked = [a for a, (r, size) in enumerate(zip(ranges, shape, strict=True)) if r != (0, size)]
-    box_axis = masked[-1] if masked else 0
-    single = [compare(end - start, 1) == 0 for start, end in ranges]
-    if not all(single[:box_axis]):
-        return None
-    correction: sint = 0
-    for axis in range(len(shape)):
-        needed = strides[-1] * weights[axis]
-        if compare(strides[axis], needed) != 0:
-            if not single[axis]:
-                return None
-            correction = correction + (strides[axis] - needed) * ranges[axis][0]
-    start = _add(r[0] * w for r, w in zip(ranges, weights, strict=True))
-    end = _add([start, (ranges[box_axis][1] - ranges[box_axis][0]) * weights[box_axis]])
-    return strides[-1], (start, end), correction
-
-
-def _split_range(start: int, end: int, sizes: Sequence[int]) -> list[Range] | None:
-    """Ranges per axis of ``sizes`` whose box is the flat range ``[start, end)``, or None if it is no box."""
-    weights = [math.prod(sizes[a + 1:]) for a in range(len(sizes))]
-    for axis, (size, weight) in enumerate(zip(sizes, weights, strict=True)):
-        if start % weight or end % weight or (start // weight) // size != (end // weight - 1) // size:
-            continue
-        prefix = [((start // w) % s, (start // w) % s + 1) for s, w in zip(sizes[:axis], weights, strict=False)]
-        middle = ((start // weight) % size, (end // weight - 1) % size + 1)
-        return [*prefix, middle, *((0, s) for s in sizes[axis + 1:])]
-    return None
-
-
 def _reshape_strided(view: View, new_shape: tuple[sint, ...]) -> View | None:
     """Reshape by merging each group of old axes into one axis and splitting it into the new axes."""
     old_axes = [a for a, size in enumerate(view.shape) if size != 1]
     new_axes = [a for a, size in enumerate(new_shape) if size != 1]
-    groups = _match_groups([view.shape[a] for a in old_axes], [new_shape[a] for a in new_axes])
+    groups = match_groups([view.shape[a] for a in old_axes], [new_shape[a] for a in new_axes])
     if groups is None:
         return None
     strides: list[sint] = [0] * len(new_shape)
@@ -410,7 +311,7 @@ def _reshape_strided(view: View, new_shape: tuple[sint, ...]) -> View | None:
     offset, old_ranges = view.offset, view.ranges()
     for old_group, new_group in groups:
         olds, news = old_axes[old_group], new_axes[new_group]
-        merged = _merge_group([view.shape[a] for a in olds], [view.strides[a] for a in olds],
+        merged = merge_group([view.shape[a] for a in olds], [view.strides[a] for a in olds],
                               [old_ranges[a] for a in olds])
         if merged is None:
             return None
@@ -418,37 +319,24 @@ def _reshape_strided(view: View, new_shape: tuple[sint, ...]) -> View | None:
         sizes = [new_shape[a] for a in news]
         split: list[Range] | None = [(0, size) for size in sizes] if len(sizes) > 1 else [(start, end)]
         if len(sizes) > 1 and (compare(start, 0) != 0 or compare(end, sint_prod(sizes)) != 0):
-            int_sizes = _ints(sizes)
+            int_sizes = ints_or_none(sizes)
             split = None if int_sizes is None or not isinstance(start, int) or not isinstance(end, int) \
-                else _split_range(start, end, int_sizes)
+                else split_range(start, end, int_sizes)
         if split is None:
             return None
-        for axis, weight, axis_range in zip(news, _suffix_products(sizes), split, strict=True):
+        for axis, weight, axis_range in zip(news, suffix_products(sizes), split, strict=True):
             strides[axis], ranges[axis] = stride * weight, axis_range
         offset = offset + correction
     return View.create(new_shape, strides, offset, ranges if view.mask is not None else None)
-
-
-def _unravel(value: int, shape: Sequence[int]) -> list[int]:
-    """Row-major coordinates of ``0 <= value < prod(shape)``."""
-    weights = [math.prod(shape[a + 1:]) for a in range(len(shape))]
-    return [value // w if a == 0 else (value // w) % s for a, (s, w) in enumerate(zip(shape, weights, strict=True))]
-
-
-def _steps_inside(origin: int, delta: int, start: int, end: int) -> tuple[int, int]:
-    """The half-open range of steps ``k`` with ``start <= origin + k * delta < end`` (delta != 0)."""
-    if delta > 0:
-        return -((origin - start) // delta), -((origin - end) // delta)
-    return (origin - end) // -delta + 1, (origin - start) // -delta + 1
 
 
 def _compose(base: View, top: View) -> View | None:
     """``base + top`` for concrete views: take the base coordinates of top's first valid element and the
     coordinate step of each top axis, check that no carry happens anywhere in top's valid box, then let
     base's mask restrict single top axes."""
-    shape, base_strides, top_strides = _ints(base.shape), _ints(base.strides), _ints(top.strides)
-    top_flat, base_flat = _ints(_flatten(top.ranges())), _ints(_flatten(base.ranges()))
-    offsets = _ints([top.offset, base.offset])
+    shape, base_strides, top_strides = ints_or_none(base.shape), ints_or_none(base.strides), ints_or_none(top.strides)
+    top_flat, base_flat = ints_or_none(flatten_ranges(top.ranges())), ints_or_none(flatten_ranges(base.ranges()))
+    offsets = ints_or_none([top.offset, base.offset])
     if shape is None or base_strides is None or top_strides is None or top_flat is None or base_flat is None \
             or offsets is None:
         return None
@@ -456,46 +344,14 @@ def _compose(base: View, top: View) -> View | None:
     first = offsets[0] + sum(b * st for b, st in zip(starts, top_strides, strict=True))
     if not 0 <= first < math.prod(shape):
         return None
-    origin = _unravel(first, shape)
+    origin = unravel(first, shape)
     deltas = [[0] * len(shape) if n < 2 or not 0 <= first + st < math.prod(shape) else
-              [b - a for a, b in zip(origin, _unravel(first + st, shape), strict=True)]
+              [b - a for a, b in zip(origin, unravel(first + st, shape), strict=True)]
               for st, n in zip(top_strides, lengths, strict=True)]
     if any(n > 1 and st != 0 and not any(d) for st, n, d in zip(top_strides, lengths, deltas, strict=True)):
         return None
     strides = [sum(bs * d for bs, d in zip(base_strides, delta, strict=True)) for delta in deltas]
     offset = offsets[1] + sum(bs * o for bs, o in zip(base_strides, origin, strict=True)) \
         - sum(b * st for b, st in zip(starts, strides, strict=True))
-    ranges = _restrict(shape, list(zip(base_flat[0::2], base_flat[1::2], strict=True)), origin, deltas, starts, lengths)
+    ranges = restrict(shape, list(zip(base_flat[0::2], base_flat[1::2], strict=True)), origin, deltas, starts, lengths)
     return None if ranges is None else View.create(top.shape, strides, offset, ranges)
-
-
-def _restrict(shape: Sequence[int], base_ranges: Sequence[tuple[int, int]], origin: Sequence[int],
-              deltas: Sequence[Sequence[int]], starts: Sequence[int], lengths: Sequence[int]) -> list[Range] | None:
-    """Top's valid ranges intersected with base's mask, or None when that is not a box (or a carry happens).
-
-    Base coordinate ``a`` at top position ``p`` is ``origin[a] + sum((p[i] - starts[i]) * deltas[i][a])``."""
-    ranges: list[Range] = [(b, b + n) for b, n in zip(starts, lengths, strict=True)]
-    for axis, (mask_start, mask_end) in enumerate(base_ranges):
-        low = origin[axis] + sum(min(0, d[axis] * (n - 1)) for d, n in zip(deltas, lengths, strict=True))
-        high = origin[axis] + sum(max(0, d[axis] * (n - 1)) for d, n in zip(deltas, lengths, strict=True))
-        if low < 0 or high >= shape[axis]:
-            return None
-        if mask_start <= low and high < mask_end:
-            continue
-        movers = [i for i, (d, n) in enumerate(zip(deltas, lengths, strict=True)) if d[axis] != 0 and n > 1]
-        if high < mask_start or low >= mask_end:
-            if not ranges:
-                return None
-            ranges[0] = (0, 0)
-        elif len(movers) != 1:
-            return None
-        else:
-            low_step, high_step = _steps_inside(origin[axis], deltas[movers[0]][axis], mask_start, mask_end)
-            mover_start, mover_end = ranges[movers[0]]
-            ranges[movers[0]] = (smax(mover_start, starts[movers[0]] + low_step),
-                                 smin(mover_end, starts[movers[0]] + high_step))
-    return ranges
-
-
-def _flatten(ranges: Sequence[Range]) -> list[sint]:
-    return [x for pair in ranges for x in pair]

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fast.shape.sizes import strides_for_shape
 from fast.shape.symbolic import Variable, sint
-from fast.shape.view import View, strides_for_shape
+from fast.shape.view import View
 
 SENTINEL = -1
 
