@@ -5,66 +5,44 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from kernel_values import (
+    MOVES,
+    WRAPPING_REDUCTIONS,
+    apply_moves,
+    bias_around_reduce,
+    const,
+    half_sum_case,
+    load,
+    nan_cube,
+    private_cache,
+    run_ast,
+    sink,
+    sum_and_max_sinks,
+    sum_of_squares_case,
+    symbolic_rows_case,
+    to_storage,
+    wide_flipped_tracker,
+)
 
 from fast import config
 from fast.codegen import format_program, lower, verify
 from fast.codegen.builder import IRBuilder
 from fast.codegen.ir import BufferInfo, IndexOps, Instr, IRError, IROps, LinearProgram, LoopKind
 from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
-from fast.dtype import DType, dtypes
-from fast.ops import (
-    BinaryOps,
-    BufferOps,
-    ConstBuffer,
-    KernelOps,
-    LazyOp,
-    MemBuffer,
-    ReduceOps,
-    UnaryOps,
-    float32_to_bfloat16_bits,
-)
+from fast.dtype import dtypes
+from fast.ops import BinaryOps, LazyOp, ReduceOps
 from fast.renderer.base import cpu_options
 from fast.runtime.clang import create
-from fast.runtime.launch import launch
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Variable
-from fast.shape.view import View
 
 F32, I32 = dtypes.float32, dtypes.int32
 
 
 @pytest.fixture(scope="module")
 def device(tmp_path_factory):
-    with config.override(cache_dir=str(tmp_path_factory.mktemp("cache"))):
+    with private_cache(tmp_path_factory):
         yield create("CLANG")
-
-
-def load(idx: int, dtype: DType, st: ShapeTracker) -> LazyOp:
-    return LazyOp(BufferOps.LOAD, (), MemBuffer(idx, dtype, st))
-
-
-def sink(*stores: tuple[int, DType, ShapeTracker, LazyOp]) -> LazyOp:
-    return LazyOp(KernelOps.SINK, tuple(LazyOp(BufferOps.STORE, (value,), MemBuffer(idx, dtype, st))
-                                        for idx, dtype, st, value in stores))
-
-
-def run(device, ast: LazyOp, inputs: list[np.ndarray], vals: tuple[int, ...] = (), noopt: bool = False):
-    """Run `ast` with `inputs` (storage arrays, after the outputs); return (outputs, source)."""
-    with config.override(noopt=noopt):
-        program = lower(ast, device.renderer.options)
-    verify(program)
-    source = device.renderer.render(program)
-    kernel = device.runtime(program.name, device.compiler.compile_cached(source))
-    outputs = [np.zeros(b.size, b.dtype.storage_np) for b in program.buffers if b.is_output]
-    handles = []
-    for array in [*outputs, *inputs]:
-        handle = device.allocator.alloc(array.nbytes)
-        device.allocator.copyin(handle, np.ascontiguousarray(array).data.cast("B"))
-        handles.append(handle)
-    launch(kernel, handles, vals, program.threaded, 0)
-    for array, handle in zip(outputs, handles, strict=False):
-        device.allocator.copyout(array.data.cast("B"), handle)
-    return outputs, source
 
 
 # ---------------------------------------------------------------- IR: builder, printer, verifier
@@ -187,38 +165,28 @@ def test_lowering_rejects_bad_asts():
 @pytest.mark.parametrize("noopt", [False, True], ids=["opt", "noopt"])
 @pytest.mark.parametrize("axes", [(0,), (1,), (2,), (0, 2), (0, 1, 2)])
 def test_sum_and_max_over_axes(device, axes, noopt):
-    data = np.random.default_rng(len(axes)).integers(-50, 50, size=(4, 5, 8)).astype(np.float32)
-    data[1, 2, 3] = np.nan
+    data = nan_cube(len(axes))
     full = ShapeTracker.from_shape(data.shape)
     out_shape = tuple(1 if a in axes else s for a, s in enumerate(data.shape))
     out = ShapeTracker.from_shape(out_shape)
-    x = load(1, F32, full)
-    (sums,), _ = run(device, sink((0, F32, out, LazyOp(ReduceOps.SUM, (x,), axes))), [data], noopt=noopt)
-    (maxes,), _ = run(device, sink((0, F32, out, LazyOp(ReduceOps.MAX, (x,), axes))), [data], noopt=noopt)
+    sums, maxes = (run_ast(device, ast, [data], noopt=noopt)[0][0] for ast in sum_and_max_sinks(F32, full, out, axes))
     np.testing.assert_array_equal(sums.reshape(out_shape), data.sum(axis=axes, keepdims=True))
     np.testing.assert_array_equal(maxes.reshape(out_shape), data.max(axis=axes, keepdims=True))
 
 
-@pytest.mark.parametrize("dtype, values, sum_want, max_want", [
-    (I32, [2**31 - 1, 1, 5], -(2**31) + 5, 2**31 - 1),
-    (dtypes.uint8, [200, 100, 7], 51, 200),
-    (dtypes.bool, [False, True, False], True, True),
-    (dtypes.int64, [-(2**63), -(2**63), 3], 3, 3),
-])
+@pytest.mark.parametrize("dtype, values, sum_want, max_want", WRAPPING_REDUCTIONS)
 def test_integer_and_bool_reductions_wrap(device, dtype, values, sum_want, max_want):
     st, out = ShapeTracker.from_shape((1, 3)), ShapeTracker.from_shape((1, 1))
-    x, data = load(1, dtype, st), np.array([values], dtype=dtype.np)
-    (sums,), _ = run(device, sink((0, dtype, out, LazyOp(ReduceOps.SUM, (x,), (1,)))), [data])
-    (maxes,), _ = run(device, sink((0, dtype, out, LazyOp(ReduceOps.MAX, (x,), (1,)))), [data])
+    data = np.array([values], dtype=dtype.np)
+    sums, maxes = (run_ast(device, ast, [data])[0][0] for ast in sum_and_max_sinks(dtype, st, out, (1,)))
     assert sums[0] == sum_want and maxes[0] == max_want
 
 
 @pytest.mark.parametrize("dtype", [dtypes.bool, dtypes.int8, dtypes.uint64, F32, dtypes.float16], ids=str)
 def test_empty_reduce_axis_gives_identity(device, dtype):
     st, out = ShapeTracker.from_shape((3, 0)), ShapeTracker.from_shape((3, 1))
-    x, data = load(1, dtype, st), np.zeros(0, dtype.storage_np)
-    (sums,), _ = run(device, sink((0, dtype, out, LazyOp(ReduceOps.SUM, (x,), (1,)))), [data])
-    (maxes,), _ = run(device, sink((0, dtype, out, LazyOp(ReduceOps.MAX, (x,), (1,)))), [data])
+    data = np.zeros(0, dtype.storage_np)
+    sums, maxes = (run_ast(device, ast, [data])[0][0] for ast in sum_and_max_sinks(dtype, st, out, (1,)))
     assert (sums == 0).all()
     lowest = dtypes.min(dtype)
     want = np.array([lowest] * 3, dtype=dtype.np)
@@ -228,28 +196,17 @@ def test_empty_reduce_axis_gives_identity(device, dtype):
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=str)
 def test_half_sums_accumulate_in_float32_and_round_once(device, dtype):
     """2048 + 1 + 1 + 1 + 1: per-op half rounding would stay at 2048; one rounding at the end gives 2052."""
-    values = [2048.0, 1.0, 1.0, 1.0, 1.0] if dtype == dtypes.float16 else [256.0, 0.5, 0.5, 0.5, 0.5]
-    storage = np.array(values, np.float16) if dtype == dtypes.float16 else \
-        np.array([float32_to_bfloat16_bits(v) for v in values], np.uint16)
-    st, out = ShapeTracker.from_shape((1, 5)), ShapeTracker.from_shape((1, 1))
-    ast = sink((0, dtype, out, LazyOp(ReduceOps.SUM, (load(1, dtype, st),), (1,))))
-    (result,), _ = run(device, ast, [storage])
+    ast, values, want = half_sum_case(dtype)
+    (result,), _ = run_ast(device, ast, [to_storage(values, dtype)])
     got = float(result.view(np.float16)[0]) if dtype == dtypes.float16 else \
         float(np.array([int(result[0]) << 16], np.uint32).view(np.float32)[0])
-    assert got == (2052.0 if dtype == dtypes.float16 else 258.0)
+    assert got == want
 
 
 @pytest.mark.parametrize("noopt", [False, True], ids=["opt", "noopt"])
 def test_elementwise_around_a_reduce_and_several_stores(device, noopt):
-    data = np.arange(32, dtype=np.float32).reshape(4, 8)
-    bias = np.array([[1.0], [2.0], [3.0], [4.0]], np.float32)
-    full, out = ShapeTracker.from_shape((4, 8)), ShapeTracker.from_shape((4, 1))
-    x = load(2, F32, full)
-    expanded_bias = load(3, F32, out.expand((4, 8)))
-    total = LazyOp(ReduceOps.SUM, (LazyOp(UnaryOps.NEG, (x,)),), (1,))
-    first = LazyOp(BinaryOps.ADD, (total, load(3, F32, out)))
-    second = LazyOp(BinaryOps.MUL, (total, expanded_bias))
-    (a, b), _ = run(device, sink((0, F32, out, first), (1, F32, out, second)), [data, bias], noopt=noopt)
+    ast, data, bias = bias_around_reduce()
+    (a, b), _ = run_ast(device, ast, [data, bias], noopt=noopt)
     np.testing.assert_array_equal(a, (-data.sum(1) + bias[:, 0]))
     np.testing.assert_array_equal(b, (-data.sum(1) * bias[:, 0]))
 
@@ -262,46 +219,12 @@ def test_repeated_equal_reduces_are_one_reduction_and_diamonds_lower_in_linear_t
     for _ in range(64):  # 2**64 paths: anything that walks paths instead of nodes never finishes
         value = LazyOp(BinaryOps.MAX, (value, value))
     data = np.arange(12, dtype=np.int32)
-    (result,), source = run(device, sink((0, I32, out, value)), [data])
+    (result,), source = run_ast(device, sink((0, I32, out, value)), [data])
     np.testing.assert_array_equal(result, data.reshape(3, 4).sum(1) * 2)
     assert source.count("acc") < 12
 
 
 # ---------------------------------------------------------------- masked loads through movement ops
-
-def apply_moves(st: ShapeTracker, array: np.ndarray, moves):
-    for name, arg in moves:
-        st = getattr(st, name)(arg)
-        if name == "pad":
-            array = np.pad(array, arg)
-        elif name == "shrink":
-            array = array[tuple(slice(b, e) for b, e in arg)]
-        elif name == "stride":
-            array = array[tuple(slice(None, None, k) for k in arg)]
-        elif name == "expand":
-            array = np.broadcast_to(array, arg)
-        elif name == "reshape":
-            array = array.reshape(arg)
-        else:
-            array = array.transpose(arg)
-    return st, array
-
-
-MOVES = {
-    "pad": [("pad", ((1, 2), (2, 1)))],
-    "shrink": [("shrink", ((1, 3), (1, 4)))],
-    "flip": [("stride", (-1, 1))],
-    "flip_stride": [("stride", (-1, -3))],
-    "stride": [("stride", (2, 3))],
-    "expand": [("reshape", (3, 1, 4)), ("expand", (3, 5, 4))],
-    "pad_reshape": [("pad", ((1, 1), (1, 1))), ("reshape", (6, 5))],
-    "pad_reshape_pad_shrink": [("pad", ((1, 1), (0, 2))), ("reshape", (10, 3)), ("pad", ((2, 0), (1, 1))),
-                               ("shrink", ((1, 11), (0, 4))), ("stride", (-1, 1))],
-    "permute_pad_flip": [("permute", (1, 0)), ("pad", ((0, 1), (3, 0))), ("stride", (1, -1))],
-    "reshape_permute_reshape": [("reshape", (2, 6)), ("permute", (1, 0)), ("reshape", (4, 3))],
-    "empty": [("shrink", ((1, 1), (0, 4)))],
-}
-
 
 @pytest.mark.parametrize("noopt", [False, True], ids=["opt", "noopt"])
 @pytest.mark.parametrize("case", sorted(MOVES))
@@ -311,20 +234,16 @@ def test_masked_loads_through_movement_ops(device, case, noopt):
     const_st, const_want = apply_moves(ShapeTracker.from_shape((3, 4)), np.full((3, 4), 100, np.int32), MOVES[case])
     if case == "pad_reshape":
         assert len(st.views) == 2
-    const = LazyOp(BufferOps.CONST, (), ConstBuffer(100, I32, const_st))
     out = ShapeTracker.from_shape(st.shape)
-    ast = sink((0, I32, out, LazyOp(BinaryOps.ADD, (load(1, I32, st), const))))
-    (result,), _ = run(device, ast, [base.reshape(-1)], noopt=noopt)
+    ast = sink((0, I32, out, LazyOp(BinaryOps.ADD, (load(1, I32, st), const(100, I32, const_st)))))
+    (result,), _ = run_ast(device, ast, [base.reshape(-1)], noopt=noopt)
     np.testing.assert_array_equal(result[:math.prod(st.shape)].reshape(st.shape), want + const_want)
 
 
 def test_opts_change_the_code_but_not_a_bit_of_the_result(device):
-    data = np.random.default_rng(0).standard_normal((6, 8, 5)).astype(np.float32)
-    full, out = ShapeTracker.from_shape((6, 8, 5)), ShapeTracker.from_shape((6, 8, 1))
-    x = load(1, F32, full)
-    ast = sink((0, F32, out, LazyOp(ReduceOps.SUM, (LazyOp(BinaryOps.MUL, (x, x)),), (2,))))
-    (fast_result,), optimized = run(device, ast, [data])
-    (plain_result,), plain = run(device, ast, [data], noopt=True)
+    ast, data = sum_of_squares_case()
+    (fast_result,), optimized = run_ast(device, ast, [data])
+    (plain_result,), plain = run_ast(device, ast, [data], noopt=True)
     assert optimized != plain and optimized.count("for (") < plain.count("for (")
     np.testing.assert_array_equal(fast_result.view(np.uint32), plain_result.view(np.uint32))
 
@@ -336,26 +255,24 @@ def test_innermost_loop_walks_the_fastest_output_stride(device):
     program = lower(ast, device.renderer.options)
     loops = [program.instrs[i.srcs[1]].arg for i in program.instrs if i.op is IROps.LOOP]
     assert loops == [6]  # axis 1 (stride 4) outside; axis 0 (stride 1, size 4) upcast into the body
-    (result,), _ = run(device, ast, [data])
+    (result,), _ = run_ast(device, ast, [data])
     np.testing.assert_array_equal(result, data.T.reshape(-1))
 
 
 # ---------------------------------------------------------------- symbolic shapes, 64-bit indices
 
 def test_symbolic_shapes_become_int64_parameters(device):
-    n = Variable("n", 1, 10)
-    st, out = ShapeTracker.from_shape((4, n)), ShapeTracker.from_shape((4, 1))
+    ast, n, st = symbolic_rows_case()
     x = load(1, I32, st)
-    ast = sink((0, I32, out, LazyOp(BinaryOps.ADD, (LazyOp(ReduceOps.MAX, (x,), (1,)), load(1, I32, out)))))
     program = lower(ast, device.renderer.options)
     assert program.var_names == ("n",) and program.variables == (n,) and program.buffers[1].size == 40
     data = np.arange(40, dtype=np.int32)
-    (maxes,), source = run(device, ast, [data], vals=(3,))
+    (maxes,), source = run_ast(device, ast, [data], vals=(3,))
     assert "int64_t var0" in source
     window = data[:12].reshape(4, 3)
     np.testing.assert_array_equal(maxes, window.max(1) + data[:4])
     elementwise = sink((0, I32, st, LazyOp(BinaryOps.MUL, (x, x))))
-    (squares,), _ = run(device, elementwise, [data], vals=(7,))
+    (squares,), _ = run_ast(device, elementwise, [data], vals=(7,))
     np.testing.assert_array_equal(squares[:28], data[:28] ** 2)
     assert not squares[28:].any()
 
@@ -363,16 +280,13 @@ def test_symbolic_shapes_become_int64_parameters(device):
 def test_index_arithmetic_beyond_2_pow_31_is_int64(device):
     """A view of 2**31 + 8 elements whose index needs 64 bits: flat = 3 + i0*(2**31 + 1) + i1, read
     through a flipped, masked view of a 4-element buffer (only i0 = 1 is valid)."""
-    flipped = View.create((2**31 + 8,), (-1,), 2**31 + 7, ((2**31 + 4, 2**31 + 8),))
-    st = ShapeTracker((flipped, View.create((2, 4), (2**31 + 1, 1), 3)))
-    out = ShapeTracker.from_shape((2, 4))
-    ast = sink((0, F32, out, load(1, F32, st)))
+    ast = sink((0, F32, ShapeTracker.from_shape((2, 4)), load(1, F32, wide_flipped_tracker())))
     assert lower(ast, device.renderer.options).buffers[1].size == 4
     for noopt in (False, True):
-        (result,), source = run(device, ast, [np.array([1, 2, 3, 4], np.float32)], noopt=noopt)
+        (result,), source = run_ast(device, ast, [np.array([1, 2, 3, 4], np.float32)], noopt=noopt)
         np.testing.assert_array_equal(result, [0, 0, 0, 0, 4, 3, 2, 1])
         assert "2147483649" in source and "int32_t" not in source[source.index("void "):]
     near_end = ShapeTracker.from_shape((1,)).expand((2**31 + 8,)).shrink(((2**31 + 4, 2**31 + 8),))
-    (result,), _ = run(device, sink((0, F32, ShapeTracker.from_shape((4,)), load(1, F32, near_end))),
-                       [np.array([7], np.float32)])
+    (result,), _ = run_ast(device, sink((0, F32, ShapeTracker.from_shape((4,)), load(1, F32, near_end))),
+                           [np.array([7], np.float32)])
     np.testing.assert_array_equal(result, [7, 7, 7, 7])

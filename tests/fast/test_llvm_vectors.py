@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
+from kernel_values import assert_bits_equal, operands, result_dtype, to_storage, values_agree  # noqa: E402
 from kernel_values import edge_values as shared_edge_values  # noqa: E402
-from kernel_values import to_storage  # noqa: E402
 
 from fast import BinaryOps, TernaryOps, UnaryOps, dtypes  # noqa: E402
 from fast.codegen.builder import IRBuilder  # noqa: E402
@@ -52,10 +52,6 @@ def padded(values: list, lanes: int) -> list:
     """`values` repeated up to a multiple of `lanes` (at least one group)."""
     size = max(lanes, -(-len(values) // lanes) * lanes)
     return [values[k % len(values)] for k in range(size)]
-
-
-def storage(values: list, dtype: DType) -> np.ndarray:
-    return to_storage(values, dtype)
 
 
 def builder() -> IRBuilder:
@@ -96,17 +92,6 @@ def run(program: LinearProgram, inputs: list[np.ndarray], offset: int = 0, vals:
     return [outputs, source]
 
 
-def nan_mask(array: np.ndarray) -> np.ndarray:
-    return np.isnan(array) if array.dtype.kind == "f" else np.zeros(array.shape, bool)
-
-
-def assert_same_bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    """Bit for bit; a NaN equals any NaN (payloads are unspecified)."""
-    np.testing.assert_array_equal(nan_mask(got), nan_mask(want), err_msg=f"{what}: NaN positions")
-    np.testing.assert_array_equal(got[~nan_mask(got)].view(np.uint8), want[~nan_mask(want)].view(np.uint8),
-                                  err_msg=what)
-
-
 def vector_alus(program: LinearProgram) -> set[tuple[object, DType]]:
     """(op, scalar result dtype) of the vector ALU instructions of `program`."""
     return {(i.arg, i.dtype.scalar()) for i in program.instrs
@@ -117,13 +102,13 @@ def run_vector_and_scalar(name: str, lanes: int, inputs: list[tuple[DType, list]
                           offset: int = 0) -> tuple[LinearProgram, list[np.ndarray], str]:
     """Run `body` as vector IR and as scalar IR on the same data; the outputs must agree bit for bit."""
     n = len(inputs[0][1])
-    arrays = [storage(values, dtype) for dtype, values in inputs]
+    arrays = [to_storage(values, dtype) for dtype, values in inputs]
     vector = build(name, lanes, n, [dt for dt, _ in inputs], outputs, body)
     scalar = build(name, 1, n, [dt for dt, _ in inputs], outputs, body)
     assert not vector_alus(scalar)
     (got, source), (want, _) = run(vector, arrays, offset), run(scalar, arrays)
     for k, (mine, theirs) in enumerate(zip(got, want, strict=True)):
-        assert_same_bits(mine, theirs, f"{name} output {k}: vector vs scalar IR")
+        assert_bits_equal(mine, theirs, f"{name} output {k}: vector vs scalar IR", exact_bytes=True)
     return vector, got, source
 
 
@@ -151,26 +136,13 @@ def apply_case(b: IRBuilder, op: object, constant: object, dtype: DType, xs: lis
     a, second, c, cond = xs
     if constant is not None:
         second = b.const(constant, dtype.vec(lanes))  # type: ignore[arg-type]
-    arity = 1 if isinstance(op, UnaryOps) else 2 if isinstance(op, BinaryOps) else 3
-    srcs = (cond, a, second) if op is TernaryOps.WHERE else (a, second, c)[:arity]
-    return b.alu(op, srcs)
+    return b.alu(op, operands(op, cond, a, second, c))
 
 
 def expected(op: Any, constant: Any, dtype: DType, args: tuple) -> Any:
     a, second, c, cond = args
     second = second if constant is None else constant
-    if op is TernaryOps.WHERE:
-        return exec_alu(op, dtype, (cond, a, second))  # type: ignore[arg-type]
-    arity = 1 if isinstance(op, UnaryOps) else 2 if isinstance(op, BinaryOps) else 3
-    return exec_alu(op, dtype, (a, second, c)[:arity])  # type: ignore[arg-type]
-
-
-def matches(got: object, want: object) -> bool:
-    if isinstance(want, float):
-        if math.isnan(want):
-            return math.isnan(got)  # type: ignore[arg-type]
-        return got == want and math.copysign(1, got) == math.copysign(1, want)  # type: ignore[arg-type]
-    return bool(got == want)
+    return exec_alu(op, dtype, operands(op, cond, a, second, c))
 
 
 @pytest.mark.parametrize("groups", ["one", "many", "narrow"])
@@ -194,7 +166,7 @@ def test_every_vector_op_matches_scalar_ir_and_exec_alu(dtype, groups):
         for k, got in enumerate(output.tolist()):
             want = expected(op, constant, dtype, (a[k], second[k], c[k], cond[k]))
             where = f"{getattr(op, 'name', op)} {dtype.name} {a[k]!r} {second[k]!r} const={constant!r}"
-            assert matches(got, want), f"{where}: {got!r}"
+            assert values_agree(got, want, result_dtype(op, dtype), signed_zero=True), f"{where}: {got!r}"
 
 
 def test_every_vector_op_is_emitted_as_one_vector_instruction():
@@ -225,14 +197,15 @@ def test_vector_casts_and_bitcasts_match_scalar_ir(source):
     assert {(op, target) for op, target in targets} <= vector_alus(program)
     if dtypes.is_float(source) and any(dtypes.is_int(t) for _, t in targets):
         assert "fcmp olt" in source_text and "call" not in source_text
-    bits = storage(values, source)
+    bits = to_storage(values, source)
     for (op, target), output in zip(targets, outputs, strict=True):
         if op is UnaryOps.BITCAST:
             np.testing.assert_array_equal(output, bits.view(target.storage_np), err_msg=f"bitcast to {target.name}")
             continue
         for value, got in zip(values, output.tolist(), strict=True):
             want = cast_const(value, source, target)
-            assert matches(got, 0 if want is None else want), f"cast {source.name} {value!r} -> {target.name}: {got}"
+            assert values_agree(got, 0 if want is None else want, target, signed_zero=True), \
+                f"cast {source.name} {value!r} -> {target.name}: {got}"
 
 
 # ---------------------------------------------------------------- constants, VECTORIZE and GEP
@@ -249,7 +222,7 @@ def test_vector_constants_are_exact_splats(dtype):
     for value, output in zip(values, outputs, strict=True):
         want = np.array([float32_to_bfloat16_bits(value)] * 2 * lanes, np.uint16) if dtype == dtypes.bfloat16 \
             else np.full(2 * lanes, value, dtype.storage_np)
-        assert_same_bits(output, want, f"{dtype.name} splat of {value!r}")
+        assert_bits_equal(output, want, f"{dtype.name} splat of {value!r}", exact_bytes=True)
 
 
 def gather_body(dtype: DType) -> Body:
@@ -316,8 +289,9 @@ def test_masked_vector_loads_give_zero_and_masked_stores_skip(valid_groups):
     (loaded, stored), source = run(masked_program(lanes, groups, groups), [x], offset=1, vals=(valid_groups,))
     assert f"phi <{lanes} x float>" in source
     cut = valid_groups * lanes
-    assert_same_bits(loaded, np.concatenate([x[:cut], np.zeros(len(x) - cut, np.float32)]), "masked load")
-    assert_same_bits(stored, np.concatenate([x[:cut] + 1, np.zeros(len(x) - cut, np.float32)]), "masked store")
+    zeros = np.zeros(len(x) - cut, np.float32)
+    assert_bits_equal(loaded, np.concatenate([x[:cut], zeros]), "masked load", exact_bytes=True)
+    assert_bits_equal(stored, np.concatenate([x[:cut] + 1, zeros]), "masked store", exact_bytes=True)
 
 
 GUARD_SCRIPT = """
@@ -396,7 +370,7 @@ def test_vector_accumulator_reductions(op, dtype, init):
     assert f"alloca <{lanes} x " in source
     with np.errstate(over="ignore"):
         want = x.sum(axis=1, dtype=dtype.np) if op is BinaryOps.ADD else x.max(axis=1)
-    assert_same_bits(out, want.astype(dtype.np), f"{op.name} reduce of {dtype.name}")
+    assert_bits_equal(out, want.astype(dtype.np), f"{op.name} reduce of {dtype.name}", exact_bytes=True)
 
 
 # ---------------------------------------------------------------- renderer options and the source

@@ -9,15 +9,14 @@ import re
 import numpy as np
 import pytest
 from cuda_emulation import EmulatedProgram, EmulationCompiler, launching, nvrtc
+from kernel_values import lowered_kernels, private_cache
 from test_row_kernels import layernorm, softmax
 
 import fast
-from fast import BinaryOps, ReduceOps, TernaryOps, UnaryOps, config, dtypes
-from fast.codegen import lower, verify
+from fast import BinaryOps, ReduceOps, TernaryOps, UnaryOps, dtypes
+from fast.codegen import verify
 from fast.codegen.builder import IRBuilder
 from fast.codegen.ir import BufferInfo, IndexOps, IROps, LinearProgram, LoopKind
-from fast.engine.schedule import lazy_buffers, plan_schedule
-from fast.ops import KernelOps
 from fast.renderer.base import cpu_options
 from fast.renderer.c import CRenderer
 from fast.renderer.cuda import BLOCK, MAX_GRID, SYMBOLIC_GRID, CUDARenderer, cuda_options, launch_config
@@ -31,10 +30,9 @@ FOUND = nvrtc()
 NO_NVRTC = "NVRTC is not installed (fast.runtime.nvrtc finds no library): CUDA sources cannot be compiled here"
 
 
-def programs(out, options=None) -> list[LinearProgram]:
-    """The lowered kernels that realizing `out` would run, for CUDA (or `options`)."""
-    steps = plan_schedule(lazy_buffers((out,)))
-    return [lower(step.item.ast, options or RENDERER.options) for step in steps if step.item.ast.op is KernelOps.SINK]
+def programs(out) -> list[LinearProgram]:
+    """The lowered kernels that realizing `out` would run, for CUDA."""
+    return lowered_kernels(out, RENDERER.options)
 
 
 def only(out) -> LinearProgram:
@@ -88,7 +86,7 @@ def test_cuda_and_c_share_every_statement():
 
 def test_vector_programs_are_refused():
     x = x_of((64, 64))
-    (program,) = programs(x.e(BinaryOps.MUL, x), cpu_options(32))
+    (program,) = lowered_kernels(x.e(BinaryOps.MUL, x), cpu_options(32))
     assert any(instr.dtype is not None and instr.dtype.count > 1 for instr in program.instrs)
     with pytest.raises(ValueError, match="vector values"):
         RENDERER.render(program)
@@ -203,7 +201,7 @@ def test_unsafe_loops_are_not_split():
 
 @pytest.fixture(scope="module")
 def emulation(tmp_path_factory):
-    with config.override(cache_dir=str(tmp_path_factory.mktemp("cache"))):
+    with private_cache(tmp_path_factory):
         yield EmulationCompiler()
 
 

@@ -10,13 +10,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from kernel_values import lowered_kernels
 
 import fast
 from fast import BinaryOps, LazyBuffer, ReduceOps, TernaryOps, UnaryOps, config
-from fast.codegen import lower
 from fast.codegen.ir import IROps
-from fast.engine.schedule import lazy_buffers, plan_schedule
-from fast.ops import KernelOps
 from fast.runtime import cpu
 
 DEVICES = ["CLANG", "LLVM"]
@@ -127,9 +125,7 @@ def test_integer_wrap_and_division_on_vectors(device):
 
 
 def _kernel_programs(out: LazyBuffer, device: str):
-    options = fast.Device[device].renderer.options
-    steps = plan_schedule(lazy_buffers((out,)))
-    return [lower(step.item.ast, options) for step in steps if step.item.ast.op is KernelOps.SINK]
+    return lowered_kernels(out, fast.Device[device].renderer.options)
 
 
 @pytest.mark.skipif(cpu.vector_bytes() == 0, reason="this host has no SIMD registers")
