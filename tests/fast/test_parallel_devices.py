@@ -164,13 +164,13 @@ def test_a_copy_waits_for_the_kernel_producing_its_source(parallel_runs: list[in
 
 def test_an_assign_waits_for_a_copy_reading_the_old_value(parallel_runs: list[int],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    original = realize_module._run_copy
+    original = realize_module.run_copy  # (engine/items.py; realize.py calls it by this name)
 
     def slow_copy(copy_item: ScheduleItem) -> str:
         time.sleep(0.2)  # without the write-after-read dependency the assign would run meanwhile
         return original(copy_item)
 
-    monkeypatch.setattr(realize_module, "_run_copy", slow_copy)
+    monkeypatch.setattr(realize_module, "run_copy", slow_copy)
     x = from_numpy(np.arange(5, dtype=np.float32), "CLANG")
     old = x.copy_to_device("CLANG:1")
     updated = x.assign(x.e(BinaryOps.ADD, x.const(100.0)))
