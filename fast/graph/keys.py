@@ -1,4 +1,4 @@
-"""Pure helpers of graph building, split out of fast/lazy.py: memoised ShapeTrackers, weak-cache
+"""Pure helpers of graph building, split out of fast/graph/node.py: memoised ShapeTrackers, weak-cache
 keys and normalised constants. Nothing here knows about LazyBuffer.
 
 Invariants: every memoised value is immutable (ShapeTrackers, normalised constants), so sharing it

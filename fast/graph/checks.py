@@ -11,13 +11,13 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from fast import lazy as graph
 from fast.dtype import DType, dtypes
+from fast.graph import node as graph
 from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, result_dtype, supports
 from fast.shape.symbolic import Node, all_int, is_sint, sint
 
 if TYPE_CHECKING:
-    from fast.lazy import LazyBuffer
+    from fast.graph.node import LazyBuffer
 
 ARITY: dict[type, int] = {UnaryOps: 1, BinaryOps: 2, TernaryOps: 3}
 

@@ -1,8 +1,8 @@
-"""The longer LazyBuffer operations (SPEC §4), split out of fast/lazy.py: folds applied to the graph,
+"""The longer LazyBuffer operations (SPEC §4), split out of fast/graph/node.py: folds applied to the graph,
 reduce (folding and splitting), cast and bitcast, contiguous, copy_to_device.
 
-Every function here takes already-validated arguments (see fast/lazy_checks.py) and builds nodes only
-through fast/lazy.py's `create`/`view_of`/`reapply`/`const_node`, so the weak cache, the zero-size
+Every function here takes already-validated arguments (see fast/graph/checks.py) and builds nodes only
+through fast/graph/node.py's `create`/`view_of`/`reapply`/`const_node`, so the weak cache, the zero-size
 rule and the contiguous-child redirect apply uniformly.
 """
 from __future__ import annotations
@@ -11,17 +11,16 @@ import weakref
 from typing import TYPE_CHECKING
 
 from fast import config
-from fast import lazy as graph
-from fast import lazy_checks as checks
-from fast import lazy_rules as rules
 from fast.dtype import DType
+from fast.graph import checks, rules
+from fast.graph import node as graph
 from fast.ops import BinaryOps, LoadOps, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import sint
 from fast.shape.view import View
 
 if TYPE_CHECKING:
-    from fast.lazy import LazyBuffer
+    from fast.graph.node import LazyBuffer
 
 
 def _ints(values: tuple[sint, ...]) -> tuple[int, ...] | None:

@@ -1,4 +1,4 @@
-"""Validation of MultiLazyBuffer arguments and layouts (SPEC §5), split out of fast/multi.py.
+"""Validation of MultiLazyBuffer arguments and layouts (SPEC §5), split out of fast/graph/multi.py.
 
 Pure checks: each reads its arguments only and raises ValueError naming the op and the offending
 values, so a multi-buffer method validates everything before it builds anything.
@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from fast.allreduce import Bound, Shape, dims
-from fast.lazy import LazyBuffer
+from fast.graph.allreduce import Bound, Shape, dims
+from fast.graph.node import LazyBuffer
 from fast.shape.symbolic import all_int
 
 _DTYPE, _SHAPE = attrgetter("dtype"), attrgetter("shape")
@@ -47,7 +47,7 @@ def check_pairs(op: str, arg: Any, shape: Shape) -> tuple[Bound, ...]:
 
 def check_operands(op: str, operands: Sequence[Any]) -> None:
     """Every operand is a MultiLazyBuffer on the same devices, with the same shape."""
-    from fast.multi import MultiLazyBuffer  # noqa: PLC0415  (multi imports this module)
+    from fast.graph.multi import MultiLazyBuffer  # noqa: PLC0415  (multi imports this module)
 
     for operand in operands:
         if not isinstance(operand, MultiLazyBuffer):
@@ -59,7 +59,7 @@ def check_operands(op: str, operands: Sequence[Any]) -> None:
 
 
 def check_layout(shards: Sequence[LazyBuffer], axis: int | None, real: Sequence[bool]) -> Shape:
-    """Validate a multi buffer's layout (module docstring of fast/multi.py); returns its logical shape
+    """Validate a multi buffer's layout (module docstring of fast/graph/multi.py); returns its logical shape
     (the first shard's, with the real shards' sizes summed along `axis`). Loops, no generators."""
     if not shards:
         raise ValueError("MultiLazyBuffer: needs at least one shard")

@@ -13,11 +13,11 @@ Shape of the graph:
 Rules applied while building (each mirrors a line of SPEC §4): a weak cache (identical nodes are one
 object while alive; `config.lazycache`), zero-size graphs become CONST 0 (but `from_numpy` always
 returns a realized buffer, 0 bytes when empty, and an assign into it returns the target), constant folding and
-identities (`fast/lazy_rules.py`), reduce folding and splitting, views instead of copies for
+identities (`fast/graph/rules.py`), reduce folding and splitting, views instead of copies for
 consecutive realized buffers, cast-before-view, copy simplifications, contiguous-child reuse.
-Validation (`fast/lazy_checks.py`) runs before any node is built.
+Validation (`fast/graph/checks.py`) runs before any node is built.
 
-Ordering of assigns (SPEC §4): see fast/lazy_versions.py. Each base records the expected version of
+Ordering of assigns (SPEC §4): see fast/graph/versions.py. Each base records the expected version of
 every source it reads (`src_versions`), each view and VIEW base the one of the memory it aliases
 (`alias_version`); `stale_reads()` and `stale_alias()` report what a realized assign has overwritten.
 
@@ -33,13 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from fast import config, lazy_ops
-from fast import lazy_checks as checks
-from fast import lazy_rules as rules
-from fast import lazy_versions as ordering
+from fast import config
 from fast.device import Buffer, Device
 from fast.dtype import ConstType, DType, dtypes
-from fast.lazy_keys import arg_key, bound_values, broadcast_tracker, const_value, normalized, tracker
+from fast.graph import checks, operations, rules
+from fast.graph import versions as ordering
+from fast.graph.keys import arg_key, bound_values, broadcast_tracker, const_value, normalized, tracker
 from fast.ops import LoadOps, Op, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable, sint
@@ -210,8 +209,8 @@ class LazyBuffer:
             constant = constant or base.op is LoadOps.CONST
             redirected = redirected or base.contiguous_child is not None
         if constant and (fold := _constant_fold(op, operands)) is not None:
-            return lazy_ops.apply_fold(fold, operands, out_dtype)
-        if op is UnaryOps.NEG and (inner := lazy_ops.double_negation(self)) is not None:
+            return operations.apply_fold(fold, operands, out_dtype)
+        if op is UnaryOps.NEG and (inner := operations.double_negation(self)) is not None:
             return inner
         resolved = tuple([redirect(s) for s in operands]) if redirected else operands
         st = self.st if self._base is None else tracker(self.shape)  # a base's st is from_shape(shape)
@@ -219,7 +218,7 @@ class LazyBuffer:
 
     def r(self, op: ReduceOps, axis: tuple[int, ...]) -> LazyBuffer:
         """Reduce `op` over `axis`; reduced axes keep size 1."""
-        return lazy_ops.reduce(self, op, checks.check_reduce(op, axis, self.shape, self.device))
+        return operations.reduce(self, op, checks.check_reduce(op, axis, self.shape, self.device))
 
     def cast(self, dtype: DType, bitcast: bool = False) -> LazyBuffer:
         """CAST (value conversion) or BITCAST (reinterpretation) to `dtype`."""
@@ -231,19 +230,19 @@ class LazyBuffer:
         if dtype == self.dtype:
             return self
         if not bitcast:
-            return lazy_ops.cast(self, dtype)
+            return operations.cast(self, dtype)
         checks.check_fresh("BITCAST", self)
-        return lazy_ops.bitcast(self, dtype)
+        return operations.bitcast(self, dtype)
 
     def contiguous(self) -> LazyBuffer:
         """A buffer laid out contiguously: self, a zero-copy VIEW, or a CONTIGUOUS op."""
-        return lazy_ops.contiguous(self)
+        return operations.contiguous(self)
 
     def copy_to_device(self, device: str, force: bool = False) -> LazyBuffer:
         """This buffer on `device` (see SPEC §4 for the simplifications)."""
         device = Device.canonicalize(device)
         checks.check_fresh("COPY", self)
-        return lazy_ops.copy_to_device(self, device, force)
+        return operations.copy_to_device(self, device, force)
 
     def assign(self, x: LazyBuffer) -> LazyBuffer:
         """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node (a
@@ -251,7 +250,7 @@ class LazyBuffer:
         value = checks.check_assign(self, x)
         forget_cached(self)  # its memory will stop holding "op of srcs": rebuilding that op must not find it
         if checks.is_disk(self.device):
-            value = lazy_ops.disk_assign_value(value)
+            value = operations.disk_assign_value(value)
         if 0 in self.shape:  # no element to write: the realized target already is the result
             return self
         root = self.base.buffer.base

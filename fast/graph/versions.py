@@ -24,7 +24,7 @@ from fast.ops import LoadOps, Op
 
 if TYPE_CHECKING:
     from fast.device import Buffer
-    from fast.lazy import LazyBuffer
+    from fast.graph.node import LazyBuffer
 
 
 def current_version(lb: LazyBuffer) -> int:
