@@ -27,8 +27,8 @@ from typing import Any
 
 from fast.device import Buffer
 from fast.engine import fusion
-from fast.graph.checks import check_fresh
 from fast.graph.node import LazyBuffer
+from fast.graph.versions import check_fresh
 from fast.ops import BufferOps, ConstBuffer, KernelOps, LazyOp, LoadOps, MemBuffer, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable

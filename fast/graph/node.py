@@ -184,7 +184,7 @@ class LazyBuffer:
             raise TypeError(f"CUSTOM: arg must be a callable fn(out, *inputs), got {arg!r}")
         if not isinstance(src, (tuple, list)):
             raise TypeError(f"{op.name}: src must be a tuple of LazyBuffers, got {src!r}")
-        srcs = tuple(checks.check_lazy(op.name, s) for s in src)
+        srcs = tuple(checks.check_lazy(op.name, s, LazyBuffer) for s in src)
         if op is LoadOps.EMPTY and not srcs and tracker(checked).size == 0:
             return LazyBuffer(device, tracker(checked), dtype, op)  # a real (0-byte) buffer, not a CONST
         return create(device, tracker(checked), dtype, op, arg, srcs)
@@ -202,7 +202,7 @@ class LazyBuffer:
         """Elementwise `op` with self as the first operand. (The hot path of graph building: the
         rare cases, constant operands and contiguous children, are tested inline first.)"""
         operands = (self, *srcs)
-        out_dtype = checks.check_elementwise(op, operands)
+        out_dtype = checks.check_elementwise(op, operands, LazyBuffer)
         constant = redirected = False
         for s in operands:
             base = s._base or s
@@ -231,7 +231,7 @@ class LazyBuffer:
             return self
         if not bitcast:
             return operations.cast(self, dtype)
-        checks.check_fresh("BITCAST", self)
+        ordering.check_fresh("BITCAST", self)
         return operations.bitcast(self, dtype)
 
     def contiguous(self) -> LazyBuffer:
@@ -241,13 +241,13 @@ class LazyBuffer:
     def copy_to_device(self, device: str, force: bool = False) -> LazyBuffer:
         """This buffer on `device` (see SPEC §4 for the simplifications)."""
         device = Device.canonicalize(device)
-        checks.check_fresh("COPY", self)
+        ordering.check_fresh("COPY", self)
         return operations.copy_to_device(self, device, force)
 
     def assign(self, x: LazyBuffer) -> LazyBuffer:
         """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node (a
         zero-size target, having nothing to write, is returned itself)."""
-        value = checks.check_assign(self, x)
+        value = checks.check_assign(self, x, LazyBuffer)
         forget_cached(self)  # its memory will stop holding "op of srcs": rebuilding that op must not find it
         if checks.is_disk(self.device):
             value = operations.disk_assign_value(value)
