@@ -223,7 +223,7 @@ class MultiLazyBuffer:
         operands' real flags (an operand gathered from another axis counts as real everywhere);
         result shards that are not real are zeros of the result dtype."""
         operands = (self, *others)
-        check_operands("e", operands)
+        check_operands("e", operands, MultiLazyBuffer)
         axis = None
         for operand in reversed(operands):
             if operand._axis is not None:
@@ -268,7 +268,7 @@ class MultiLazyBuffer:
     def assign(self, x: MultiLazyBuffer) -> MultiLazyBuffer:
         """Assign `x` shard by shard into every real shard; `x` must be laid out like this buffer (same
         devices, axis and shard sizes) and real wherever this buffer is."""
-        check_operands("assign", (self, x))
+        check_operands("assign", (self, x), MultiLazyBuffer)
         covered = all(value or not target for value, target in zip(x.real, self._real, strict=True))
         if x.axis != self._axis or x._sizes() != self._sizes() or not covered:
             raise ValueError(f"assign: the value (axis {x.axis}, bounds {x.bounds}, real {x.real}) is not laid out "
