@@ -16,8 +16,8 @@ import pytest
 from fast import config
 from fast.device import Device
 from fast.dtype import DType, dtypes
+from fast.graph import LazyBuffer, from_numpy
 from fast.graph import node as lazy_module
-from fast.graph.node import LazyBuffer, from_numpy
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Variable

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fast.device import Device
 from fast.dtype import ALL, ConstType, DType, dtypes
-from fast.graph.node import LazyBuffer, from_numpy
+from fast.graph import LazyBuffer, from_numpy
 from fast.graph.rules import (
     FOLD_RULES,
     Fold,
