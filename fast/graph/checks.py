@@ -115,6 +115,18 @@ def check_elementwise(op: object, srcs: tuple[object, ...], node_type: type[Oper
             raise ValueError(f"{_name(op)}: operands on different devices {device} and {other.device}")
         if other.shape != shape:
             raise ValueError(f"{_name(op)}: shape mismatch {shape} vs {other.shape}")
+    dtype = _value_dtype(op, operands)
+    result = _SUPPORTED.get((id(op), dtype))
+    if result is None:
+        result = _SUPPORTED[(id(op), dtype)] = result_dtype(op, dtype) if supports(op, dtype) else False  # type: ignore[arg-type]
+    if result is False:  # (otherwise a DType)
+        raise TypeError(f"{_name(op)} is not defined for dtype {dtype.name}")
+    return result  # type: ignore[return-value]
+
+
+def _value_dtype(op: object, operands: tuple[Operand, ...]) -> DType:
+    """The dtype every value operand shares (WHERE: the last two, after a bool condition), else TypeError."""
+    first = operands[0]
     is_where = op is TernaryOps.WHERE
     if is_where and first.dtype is not dtypes.bool and first.dtype != dtypes.bool:
         raise TypeError(f"WHERE: condition must be bool, got {first.dtype.name}")
@@ -123,12 +135,7 @@ def check_elementwise(op: object, srcs: tuple[object, ...], node_type: type[Oper
         if value.dtype is not dtype and value.dtype != dtype:
             values = operands[1:] if is_where else operands
             raise TypeError(f"{_name(op)}: dtype mismatch {', '.join(v.dtype.name for v in values)}")
-    result = _SUPPORTED.get((id(op), dtype))
-    if result is None:
-        result = _SUPPORTED[(id(op), dtype)] = result_dtype(op, dtype) if supports(op, dtype) else False  # type: ignore[arg-type]
-    if result is False:  # (otherwise a DType)
-        raise TypeError(f"{_name(op)} is not defined for dtype {dtype.name}")
-    return result  # type: ignore[return-value]
+    return dtype
 
 
 def _name(op: object) -> str:
