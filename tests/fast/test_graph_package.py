@@ -127,12 +127,39 @@ def test_the_layers_are_the_documented_ones() -> None:
     ]
 
 
+OLD_MODULES = ("lazy", "lazy_checks", "lazy_ops", "lazy_rules", "lazy_keys", "lazy_versions", "multi", "multi_checks",
+               "allreduce")
+
+
 def test_the_old_modules_are_gone() -> None:
     """No module is left at an old path (fast/lazy.py, ...): the package is the only home. (Files, not
     `find_spec`: an editable install of another checkout may still resolve `fast.lazy` to its copy.)"""
-    old = ("lazy", "lazy_checks", "lazy_ops", "lazy_rules", "lazy_keys", "lazy_versions", "multi", "multi_checks",
-           "allreduce")
-    assert [name for name in old if (DIRECTORY.parent / f"{name}.py").exists()] == []
+    assert [name for name in OLD_MODULES if (DIRECTORY.parent / f"{name}.py").exists()] == []
+
+
+def _old_imports(source: str) -> list[str]:
+    """The old module paths (`fast.lazy`, ...) that `source` imports."""
+    old = {f"fast.{name}" for name in OLD_MODULES}
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name in old]
+        elif isinstance(node, ast.ImportFrom) and node.module == "fast" and not node.level:
+            found += [f"fast.{alias.name}" for alias in node.names if f"fast.{alias.name}" in old]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [node.module] if ".".join(node.module.split(".")[:2]) in old else []
+    return found
+
+
+def test_nothing_imports_the_old_modules() -> None:
+    """Every importer in the repository uses fast.graph (an import of `fast.lazy` could still resolve,
+    to another checkout's file, where an editable install is shared: so it is checked by reading)."""
+    root = DIRECTORY.parents[1]
+    folders = ("fast", "tests", "conformance", "bench", "examples")
+    paths = [path for folder in folders for path in sorted((root / folder).rglob("*.py"))]
+    offenders = {str(path.relative_to(root)): imports for path in paths
+                 if (imports := _old_imports(path.read_text(encoding="utf-8")))}
+    assert offenders == {}
 
 
 def test_the_public_names_still_import() -> None:
@@ -167,6 +194,11 @@ def late():
     import importlib
     return importlib.import_module("fast.graph.allreduce")
 '''
+
+
+def test_old_imports_are_seen() -> None:
+    source = "import fast.lazy\nfrom fast import multi, dtype\nfrom fast.lazy_ops import x\nfrom fast.graph import y\n"
+    assert _old_imports(source) == ["fast.lazy", "fast.multi", "fast.lazy_ops"]
 
 
 def test_imports_of_sees_every_kind_of_import() -> None:
