@@ -141,7 +141,7 @@ def replace_everywhere(fast: ModuleType, name: str, original: Any, replacement: 
 
 def ring_skips_last_chunk(fast: ModuleType) -> Undo:
     """The ring all-reduce forgets its last chunk (those elements come back as zeros)."""
-    original = _module(fast, "multi").ring_chunks
+    original = _module(fast, "graph.multi").ring_chunks
 
     def ring_chunks(numel: int, ndev: int) -> list[tuple[int, int]]:
         chunks = original(numel, ndev)
@@ -151,7 +151,7 @@ def ring_skips_last_chunk(fast: ModuleType) -> Undo:
 
 def uneven_shard_floor(fast: ModuleType) -> Undo:
     """from_sharded with floor-sized shards, the last taking the rest: every boundary shifts."""
-    multi = _module(fast, "multi")
+    multi = _module(fast, "graph.multi")
     mlb = multi.MultiLazyBuffer
     original = mlb.__dict__["from_sharded"].__func__
 
@@ -173,7 +173,7 @@ def uneven_shard_floor(fast: ModuleType) -> Undo:
 
 def fold_masked_const(fast: ModuleType) -> Undo:
     """Constant folding treats a padded (masked) constant as a plain constant."""
-    lazy = _module(fast, "lazy")
+    lazy = _module(fast, "graph.node")
     return _fresh_kernels(fast, set_attribute(lazy.LazyBuffer, "is_unrealized_unmasked_const",
                                               lambda self: self.is_unrealized_const()))
 

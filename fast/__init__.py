@@ -11,8 +11,7 @@ from fast.device import Device
 from fast.dtype import DType, dtypes
 from fast.engine import realize, schedule, to_numpy
 from fast.engine.compile import Kernel, compile
-from fast.lazy import LazyBuffer, from_numpy
-from fast.multi import MultiLazyBuffer
+from fast.graph import LazyBuffer, MultiLazyBuffer, from_numpy
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from fast.safetensors import safe_load, safe_load_metadata, safe_save
 from fast.shape.symbolic import Variable

@@ -15,7 +15,7 @@ import numpy as np
 
 from fast.engine.readback import concrete_shape, to_numpy
 from fast.engine.realize import realize
-from fast.lazy import LazyBuffer
+from fast.graph.node import LazyBuffer
 from fast.runtime.mpi import owner, rank, size, transfer
 
 __all__ = ["allgather", "gather", "rank", "size"]

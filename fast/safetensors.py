@@ -37,9 +37,9 @@ import numpy as np
 from fast.dtype import DType, dtypes
 from fast.engine import realize, to_numpy
 from fast.engine.readback import concrete_shape
-from fast.lazy import LazyBuffer
-from fast.lazy_ops import buffer_view
-from fast.multi import MultiLazyBuffer
+from fast.graph.multi import MultiLazyBuffer
+from fast.graph.node import LazyBuffer
+from fast.graph.operations import buffer_view
 from fast.ops import LoadOps
 from fast.runtime.disk import fsync_directory, read_only
 

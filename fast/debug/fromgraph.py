@@ -6,7 +6,7 @@ inputs resolved to records. An object without a record becomes graph records:
 - a realized DISK buffer or a zero-copy VIEW base: a "value" record of the object itself (only the bytes
   it reads; DISK files may be large);
 - an unrealized base: the call that makes its op (`e`, `r`, `cast`, `loadop`, `contiguous`,
-  `copy_to_device`, `assign`) over its sources' records, with an exact clone (`fast.lazy.create`: same op,
+  `copy_to_device`, `assign`) over its sources' records, with an exact clone (`fast.graph.node.create`: same op,
   arg, view and sources, so the clone schedules like the original);
 - a view: its base's record, then the movement ops of movement.py (the last one clones as
   `view_of(base clone, same tracker)`);
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fast
-from fast import lazy
 from fast.debug.movement import view_moves
 from fast.debug.records import DeviceMap, DTypeRef, EnumRef, Record, Slot
 from fast.debug.trace import Unrecorded, is_buffer, lookup, paused
 from fast.debug.values import read
-from fast.lazy import LazyBuffer
-from fast.multi import MultiLazyBuffer
+from fast.graph import node
+from fast.graph.multi import MultiLazyBuffer
+from fast.graph.node import LazyBuffer
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 
 Item = Record | Unrecorded
@@ -151,7 +151,7 @@ def _value_record(obj: LazyBuffer) -> Record:
 
 def _view_clone(root: Record, lb: LazyBuffer) -> Any:
     st = lb.st
-    return lambda get, devices: lazy.view_of(get(root), st)
+    return lambda get, devices: node.view_of(get(root), st)
 
 
 def _call_inputs(base: LazyBuffer, sources: tuple[Record, ...]) -> tuple[Record, ...]:
@@ -186,7 +186,7 @@ def _op_record(base: LazyBuffer, sources: tuple[Record, ...]) -> Record:
     target, method, args, kwargs = _op_call(base, len(sources))
 
     def clone(get: Any, devices: DeviceMap) -> Any:
-        return lazy.create(devices(base.device), base.st, base.dtype, base.op, base.arg,
+        return node.create(devices(base.device), base.st, base.dtype, base.op, base.arg,
                            tuple(get(source) for source in sources))
     return Record(target, method, args, kwargs, _call_inputs(base, sources), weakref.ref(base), "graph", clone=clone)
 

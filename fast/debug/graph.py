@@ -25,7 +25,7 @@ from typing import Any
 
 from fast.debug.table import item_members, item_row
 from fast.engine.schedule import Step, lazy_buffers, plan_schedule
-from fast.lazy import LazyBuffer
+from fast.graph.node import LazyBuffer
 from fast.ops import KernelOps, LoadOps
 
 MARKS = {"realized": 'shape=box, style=filled, fillcolor="#d9d9d9"', "COPY": "shape=cds, color=blue, fontcolor=blue",

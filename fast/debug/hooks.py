@@ -18,7 +18,7 @@ from fast.debug.graph import to_dot, write
 from fast.debug.table import schedule_table
 from fast.engine.realize import REALIZE_OBSERVERS, SCHEDULE_OBSERVERS
 from fast.engine.schedule import ScheduleItem, plan_schedule
-from fast.lazy import LazyBuffer
+from fast.graph.node import LazyBuffer
 
 _COUNTER = itertools.count()
 

@@ -30,8 +30,8 @@ from typing import Any
 import fast
 from fast import config
 from fast.debug.records import SEQUENCE, Record, neutral
-from fast.lazy import LazyBuffer
-from fast.multi import MultiLazyBuffer
+from fast.graph.multi import MultiLazyBuffer
+from fast.graph.node import LazyBuffer
 from fast.ops import LoadOps
 
 BUILDERS = ("const", "e", "r", "reshape", "pad", "expand", "permute", "shrink", "stride", "cast", "contiguous",

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps, cast_const, exec_alu, normalize_const
 
 if TYPE_CHECKING:
-    from fast.lazy import LazyBuffer
+    from fast.graph.node import LazyBuffer
     from fast.shape.shapetracker import ShapeTracker
     from fast.shape.symbolic import sint
     from fast.shape.view import View

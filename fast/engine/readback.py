@@ -15,7 +15,7 @@ from fast.device import Buffer
 from fast.engine import fusion
 from fast.engine.items import to_public
 from fast.engine.realize import realize
-from fast.lazy import LazyBuffer
+from fast.graph.node import LazyBuffer
 from fast.runtime import mpi
 from fast.shape.symbolic import Node
 

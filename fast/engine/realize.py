@@ -16,7 +16,7 @@ Diagnostics (read from `config.get()` at call time):
 - `dump_ir`: comma-separated stages printed whatever `debug` is: "schedule" (the items of each
   `run_schedule`), "ast", "ir", "source" (per newly compiled kernel).
 
-Invariants: a lazy base is realized exactly when its Buffer is allocated (fast/lazy.py), so
+Invariants: a lazy base is realized exactly when its Buffer is allocated (fast/graph/node.py), so
 `run_schedule` realizes by allocating outputs just before filling them; an assign item bumps its
 target's version after it has run, and `realize` then tells the lazy layer (`assign_realized`).
 Realized bases drop their sources after `realize`.
@@ -39,8 +39,8 @@ from fast.engine.dumps import dump_stages, format_ast
 from fast.engine.items import require_allocated, run_copy, run_custom
 from fast.engine.programs import ProgramCache
 from fast.engine.schedule import ScheduleItem, Step, lazy_buffers, plan_schedule
-from fast.lazy import LazyBuffer
-from fast.lazy_versions import assign_realized
+from fast.graph.node import LazyBuffer
+from fast.graph.versions import assign_realized
 from fast.ops import KernelOps, LazyOp, LoadOps
 from fast.runtime.launch import launch
 

@@ -33,8 +33,8 @@ from fast.codegen.const_args import const_bits, kernel_slots
 from fast.device import Buffer
 from fast.dtype import DType
 from fast.engine.schedule import ScheduleItem, Step, check_stale_outputs
-from fast.lazy import LazyBuffer
-from fast.lazy_keys import arg_key
+from fast.graph.keys import arg_key
+from fast.graph.node import LazyBuffer
 from fast.ops import BinaryOps, KernelOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from fast.runtime import mpi
 

@@ -7,7 +7,7 @@ loads the rest, or a non-kernel item (`LoadOps.COPY`, `CUSTOM`, `EMPTY`, `VIEW`)
 Invariants:
 - Scheduling reads the lazy graph and changes nothing: no lazy buffer is mutated, no Buffer is
   allocated (temporaries are fresh, unallocated Buffers). `run_schedule` (realize.py) allocates,
-  and a lazy base is realized exactly when its Buffer is allocated (fast/lazy.py).
+  and a lazy base is realized exactly when its Buffer is allocated (fast/graph/node.py).
 - A kernel's `bufs` are its output, then each distinct input Buffer once, in first-read order;
   LOADs of the output Buffer (an in-place assign) use index 0. Trackers are simplified and their
   bound variables unbound into `var_vals`, so identical graphs over other buffers give equal ASTs.
@@ -27,8 +27,8 @@ from typing import Any
 
 from fast.device import Buffer
 from fast.engine import fusion
-from fast.lazy import LazyBuffer
-from fast.lazy_checks import check_fresh
+from fast.graph.node import LazyBuffer
+from fast.graph.versions import check_fresh
 from fast.ops import BufferOps, ConstBuffer, KernelOps, LazyOp, LoadOps, MemBuffer, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable

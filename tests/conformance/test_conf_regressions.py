@@ -178,7 +178,7 @@ def test_shrink_reshape_and_pad_check_the_values_of_bound_variables() -> None:
     """Found (symbolic programs): fast skipped the range and element-count checks when a size or an
     argument was symbolic, so a shrink past an axis by a bound Variable read the next rows and a
     reshape that changed the element count went through; docs/api.md: bound Variables' values are
-    used, and SPEC §1 makes both a ValueError. Fixed in fast (lazy_checks.py)."""
+    used, and SPEC §1 makes both a ValueError. Fixed in fast (fast/graph/checks.py)."""
     fast = _package("fast")
     n = fast.Variable("n", 1, 8).bind(8)
     data = fast.from_numpy(np.zeros((8, 6), np.float32), "CLANG")

@@ -17,7 +17,7 @@ from fast.codegen import lower, verify
 from fast.codegen.ir import LinearProgram
 from fast.dtype import ALL, ConstType, DType, dtypes
 from fast.engine.schedule import lazy_buffers, plan_schedule
-from fast.lazy import LazyBuffer
+from fast.graph import LazyBuffer
 from fast.ops import (
     BinaryOps,
     BufferOps,

@@ -16,7 +16,7 @@ import fast
 import reference
 from conformance.mutants_fast import short_pad
 from fast import BinaryOps, ReduceOps, UnaryOps, dtypes
-from fast.lazy_rules import FOLD_RULES, Fold
+from fast.graph.rules import FOLD_RULES, Fold
 from fast.ops import LazyOp
 
 X = (np.arange(24, dtype=np.float32) / 4 - 3).reshape(4, 6)
@@ -97,7 +97,7 @@ def render_mul() -> list[tuple[Any, Any, Any]]:
 
 
 def fold_mul() -> list[tuple[Any, Any, Any]]:
-    """Constant-folding rule (fast/lazy_rules.py): x * 2 folds to x."""
+    """Constant-folding rule (fast/graph/rules.py): x * 2 folds to x."""
     original = FOLD_RULES[BinaryOps.MUL]
 
     def rule(dtype: Any, consts: Any) -> Fold | None:
@@ -140,8 +140,8 @@ def cast_one_high() -> list[tuple[Any, Any, Any]]:
 
 
 def allreduce_drops_last() -> list[tuple[Any, Any, Any]]:
-    """Sharded all-reduce (fast/allreduce.py, naive): every device sums all parts but the last."""
-    allreduce = importlib.import_module("fast.allreduce")
+    """Sharded all-reduce (fast/graph/allreduce.py, naive): every device sums all parts but the last."""
+    allreduce = importlib.import_module("fast.graph.allreduce")
 
     def naive(op: Any, parts: Any) -> list[Any]:
         return [allreduce.fold(op, [part.copy_to_device(target.device) for part in parts[:-1]]) for target in parts]

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from fast import config
-from fast import lazy as lazy_module
 from fast.device import Device
 from fast.dtype import DType, dtypes
-from fast.lazy import LazyBuffer, from_numpy
+from fast.graph import LazyBuffer, from_numpy
+from fast.graph import node as lazy_module
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Variable

@@ -1,6 +1,6 @@
 """Constant folding and algebraic identities of the graph layer (SPEC §4, §7), on graph structure.
 
-The pure rules (fast/lazy_rules.py) are checked alone, including a property test that every identity
+The pure rules (fast/graph/rules.py) are checked alone, including a property test that every identity
 decision computes what the kernel would (docs/semantics.md, via exec_alu); then the same rules are
 checked on LazyBuffer graphs: what must fold, and what must not.
 """
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from fast.device import Device
 from fast.dtype import ALL, ConstType, DType, dtypes
-from fast.lazy import LazyBuffer, from_numpy
-from fast.lazy_rules import (
+from fast.graph import LazyBuffer, from_numpy
+from fast.graph.rules import (
     FOLD_RULES,
     Fold,
     empty_reduce_value,

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from fast.dtype import dtypes
-from fast.lazy import from_numpy
-from fast.lazy_checks import check_expand, check_permute, check_reshape, check_shape
-from fast.multi import MultiLazyBuffer
-from fast.multi_checks import check_ints
+from fast.graph import from_numpy
+from fast.graph.checks import check_expand, check_permute, check_reshape, check_shape
+from fast.graph.multi import MultiLazyBuffer
+from fast.graph.multi_checks import check_ints
 from fast.shape import shapetracker as stmod
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import NumNode, Variable, all_int, is_sint, sint_prod

@@ -1,15 +1,15 @@
-"""MultiLazyBuffer (fast/multi.py) against SPEC §5: layout after every method, errors, all-reduce."""
+"""MultiLazyBuffer (fast/graph/multi.py) against SPEC §5: layout after every method, errors, all-reduce."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fast
-from fast import allreduce as allreduce_module
 from fast import config
 from fast.dtype import dtypes
-from fast.lazy import LazyBuffer
-from fast.multi import MultiLazyBuffer, all_reduce, ring_chunks, use_ring
+from fast.graph import allreduce as allreduce_module
+from fast.graph.multi import MultiLazyBuffer, all_reduce, ring_chunks, use_ring
+from fast.graph.node import LazyBuffer
 from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 
 DEVICES = ("CLANG", "CLANG:1", "CLANG:2", "CLANG:3")

@@ -4,20 +4,45 @@ Error types follow SPEC §1 and docs/semantics.md: a wrong op kind or operand co
 mismatch or an op undefined for a dtype is a TypeError; a wrong shape, axis, permutation or range is
 a ValueError; compute on DISK (or assigning into an unrealized buffer) is a RuntimeError. Every
 message names the op and the offending values. Checks are pure: they read their arguments only.
+
+This module never imports fast/graph/node.py (node.py validates through it before it builds): a
+lazy buffer is read through the `Operand` protocol, and the checks that must tell a lazy buffer from
+anything else take its class as `node_type`.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
-from fast import lazy as graph
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, result_dtype, supports
 from fast.shape.symbolic import Node, all_int, is_sint, sint
 
 if TYPE_CHECKING:
-    from fast.lazy import LazyBuffer
+    from fast.device import Buffer
+
+
+class Operand(Protocol):
+    """What validation reads of a lazy buffer (fast/graph/node.py's LazyBuffer)."""
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[sint, ...]: ...
+
+    @property
+    def dtype(self) -> DType: ...
+
+    @property
+    def base(self) -> Operand: ...
+
+    @property
+    def realized(self) -> Buffer | None: ...
+
+
+Lazy = TypeVar("Lazy", bound=Operand)
 
 ARITY: dict[type, int] = {UnaryOps: 1, BinaryOps: 2, TernaryOps: 3}
 
@@ -38,8 +63,9 @@ def check_dtype(opname: str, dtype: object) -> DType:
     return dtype
 
 
-def check_lazy(opname: str, value: object) -> LazyBuffer:
-    if not isinstance(value, graph.LazyBuffer):
+def check_lazy(opname: str, value: object, node_type: type[Lazy]) -> Lazy:
+    """`value` when it is a `node_type` (the LazyBuffer class), else TypeError."""
+    if not isinstance(value, node_type):
         raise TypeError(f"{opname}: expected a LazyBuffer operand, got {type(value).__name__}")
     return value
 
@@ -59,14 +85,15 @@ def check_shape(opname: str, shape: object) -> tuple[sint, ...]:
     return tuple(shape)
 
 
-def check_elementwise(op: object, srcs: tuple[object, ...]) -> DType:
-    """Validate `e(op, *srcs)` (srcs includes self); returns the result dtype. (A hot path: loops,
-    not generators, names looked up only for messages, one memoised lookup per (op, dtype).)"""
+def check_elementwise(op: object, srcs: tuple[object, ...], node_type: type[Operand]) -> DType:
+    """Validate `e(op, *srcs)` (srcs includes self; every operand must be a `node_type`, the LazyBuffer
+    class); returns the result dtype. (A hot path: loops, not generators, names looked up only for
+    messages, one memoised lookup per (op, dtype).)"""
     if type(op) is BinaryOps and len(srcs) == 2:  # the common case, checked in one go
         first, other = srcs
-        lazy = graph.LazyBuffer
-        if type(first) is lazy and type(other) is lazy and other.dtype is first.dtype and other.device == first.device \
-                and other.shape == first.shape and not first.device.startswith("DISK:"):
+        if type(first) is node_type and type(other) is node_type and other.dtype is first.dtype \
+                and other.device == first.device and other.shape == first.shape \
+                and not first.device.startswith("DISK:"):
             known = _SUPPORTED.get((id(op), first.dtype))
             if known is not None and known is not False:
                 return known  # type: ignore[return-value]
@@ -75,11 +102,10 @@ def check_elementwise(op: object, srcs: tuple[object, ...]) -> DType:
         _reject_op(op)
     if len(srcs) != arity:
         raise TypeError(f"{_name(op)}: takes {arity} operands (self included), got {len(srcs)}")
-    lazy_type = graph.LazyBuffer
     for src in srcs:
-        if type(src) is not lazy_type:
-            check_lazy(_name(op), src)
-    operands: tuple[LazyBuffer, ...] = srcs  # type: ignore[assignment]
+        if type(src) is not node_type:
+            check_lazy(_name(op), src, node_type)
+    operands: tuple[Operand, ...] = srcs  # type: ignore[assignment]
     first = operands[0]
     device, shape = first.device, first.shape
     if device.startswith("DISK:"):
@@ -89,6 +115,18 @@ def check_elementwise(op: object, srcs: tuple[object, ...]) -> DType:
             raise ValueError(f"{_name(op)}: operands on different devices {device} and {other.device}")
         if other.shape != shape:
             raise ValueError(f"{_name(op)}: shape mismatch {shape} vs {other.shape}")
+    dtype = _value_dtype(op, operands)
+    result = _SUPPORTED.get((id(op), dtype))
+    if result is None:
+        result = _SUPPORTED[(id(op), dtype)] = result_dtype(op, dtype) if supports(op, dtype) else False  # type: ignore[arg-type]
+    if result is False:  # (otherwise a DType)
+        raise TypeError(f"{_name(op)} is not defined for dtype {dtype.name}")
+    return result  # type: ignore[return-value]
+
+
+def _value_dtype(op: object, operands: tuple[Operand, ...]) -> DType:
+    """The dtype every value operand shares (WHERE: the last two, after a bool condition), else TypeError."""
+    first = operands[0]
     is_where = op is TernaryOps.WHERE
     if is_where and first.dtype is not dtypes.bool and first.dtype != dtypes.bool:
         raise TypeError(f"WHERE: condition must be bool, got {first.dtype.name}")
@@ -97,12 +135,7 @@ def check_elementwise(op: object, srcs: tuple[object, ...]) -> DType:
         if value.dtype is not dtype and value.dtype != dtype:
             values = operands[1:] if is_where else operands
             raise TypeError(f"{_name(op)}: dtype mismatch {', '.join(v.dtype.name for v in values)}")
-    result = _SUPPORTED.get((id(op), dtype))
-    if result is None:
-        result = _SUPPORTED[(id(op), dtype)] = result_dtype(op, dtype) if supports(op, dtype) else False  # type: ignore[arg-type]
-    if result is False:  # (otherwise a DType)
-        raise TypeError(f"{_name(op)} is not defined for dtype {dtype.name}")
-    return result  # type: ignore[return-value]
+    return dtype
 
 
 def _name(op: object) -> str:
@@ -260,22 +293,11 @@ def check_bitcast(source: DType, target: DType, device: str, shape: tuple[sint, 
     return (*shape[:-1], last * source.itemsize // target.itemsize)
 
 
-def check_fresh(opname: str, lb: LazyBuffer) -> None:
-    """RuntimeError when `lb` aliases memory (a view, a VIEW base) that a realized assign has overwritten
-    since it was built. Ops that rebuild a view on its base (copies, DISK bitcasts) check this first,
-    since the rebuilt node would read the memory's current value, not the one lb stood for."""
-    stale = lb.stale_alias()
-    if stale is not None:
-        buffer, version = stale
-        raise RuntimeError(f"{opname}: {lb!r} was built from {buffer!r} at version {version}, but an assign has "
-                           f"since overwritten it (version {buffer.version}): the value it read no longer exists")
-
-
-def check_assign(target: LazyBuffer, value: object) -> LazyBuffer:
+def check_assign(target: Operand, value: object, node_type: type[Lazy]) -> Lazy:
     """Validate `target.assign(value)`: the target is a realized base (a view of one is a RuntimeError,
     like an unrealized target), and the value has its shape, dtype and device. A zero-size target
     holds no values, so only shape, dtype and device are checked (docs/api.md)."""
-    x = check_lazy("ASSIGN", value)
+    x = check_lazy("ASSIGN", value, node_type)
     if (target.base is not target or target.realized is None) and 0 not in target.shape:
         raise RuntimeError(f"ASSIGN: the target must be a realized buffer (not a view, not an unrealized graph), "
                            f"got {target!r}")

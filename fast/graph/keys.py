@@ -1,4 +1,4 @@
-"""Pure helpers of graph building, split out of fast/lazy.py: memoised ShapeTrackers, weak-cache
+"""Pure helpers of graph building, split out of fast/graph/node.py: memoised ShapeTrackers, weak-cache
 keys and normalised constants. Nothing here knows about LazyBuffer.
 
 Invariants: every memoised value is immutable (ShapeTrackers, normalised constants), so sharing it
@@ -17,7 +17,7 @@ import numpy as np
 from fast.dtype import ConstType, DType, dtypes
 from fast.ops import normalize_const
 from fast.shape.shapetracker import ShapeTracker
-from fast.shape.symbolic import sint
+from fast.shape.symbolic import Node, sint
 
 
 def integer_shape(shape: tuple[sint, ...]) -> bool:
@@ -45,6 +45,14 @@ def broadcast_tracker(shape: tuple[sint, ...]) -> ShapeTracker:
         if type(size) is not int:
             return ShapeTracker.from_shape((1,) * len(shape)).expand(shape)
     return _memo_broadcast(tuple(shape))
+
+
+def max_size(shape: tuple[sint, ...]) -> int:
+    """The element count of `shape` with every symbolic size at its maximum: what a Buffer holds."""
+    size = 1
+    for dim in shape:
+        size *= dim.max if isinstance(dim, Node) else dim
+    return size
 
 
 def arg_key(arg: Any) -> Any:

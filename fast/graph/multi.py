@@ -1,5 +1,5 @@
 """Tensors sharded across several devices: `MultiLazyBuffer` (SPEC §5); the all-reduce of reductions
-over the sharded axis is in fast/allreduce.py.
+over the sharded axis is in fast/graph/allreduce.py.
 
 Model. A multi buffer is a tuple of per-device lazy buffers `lbs` (shard i lives on device i), the
 sharded `axis` (None: every device holds the whole tensor) and one `real` flag per shard. The tensor
@@ -22,11 +22,11 @@ from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
-from fast.allreduce import Bound, Shape, all_reduce, cumulative, dims, fold, ring_chunks, use_ring
 from fast.device import Device
 from fast.dtype import ConstType, DType
-from fast.lazy import LazyBuffer
-from fast.multi_checks import check_ints, check_layout, check_operands, check_pairs, concrete
+from fast.graph.allreduce import Bound, Shape, all_reduce, cumulative, dims, fold, ring_chunks, use_ring
+from fast.graph.multi_checks import check_ints, check_layout, check_operands, check_pairs, concrete
+from fast.graph.node import LazyBuffer
 from fast.ops import BinaryOps, ElementwiseOps, LoadOps, ReduceOps
 
 Item = TypeVar("Item")
@@ -223,7 +223,7 @@ class MultiLazyBuffer:
         operands' real flags (an operand gathered from another axis counts as real everywhere);
         result shards that are not real are zeros of the result dtype."""
         operands = (self, *others)
-        check_operands("e", operands)
+        check_operands("e", operands, MultiLazyBuffer)
         axis = None
         for operand in reversed(operands):
             if operand._axis is not None:
@@ -268,7 +268,7 @@ class MultiLazyBuffer:
     def assign(self, x: MultiLazyBuffer) -> MultiLazyBuffer:
         """Assign `x` shard by shard into every real shard; `x` must be laid out like this buffer (same
         devices, axis and shard sizes) and real wherever this buffer is."""
-        check_operands("assign", (self, x))
+        check_operands("assign", (self, x), MultiLazyBuffer)
         covered = all(value or not target for value, target in zip(x.real, self._real, strict=True))
         if x.axis != self._axis or x._sizes() != self._sizes() or not covered:
             raise ValueError(f"assign: the value (axis {x.axis}, bounds {x.bounds}, real {x.real}) is not laid out "

@@ -1,4 +1,5 @@
-"""LazyBuffer: a node of the lazy graph (SPEC §1, §4). Building a graph runs nothing.
+"""LazyBuffer: a node of the lazy graph (SPEC §1, §4), its weak cache and the constructors every
+operation builds through. Building a graph runs nothing.
 
 Shape of the graph:
 - A *base* (`lb.base is lb`) has `op`, `arg`, `srcs`, a `buffer` (a `device.Buffer`, made on first use
@@ -13,11 +14,15 @@ Shape of the graph:
 Rules applied while building (each mirrors a line of SPEC §4): a weak cache (identical nodes are one
 object while alive; `config.lazycache`), zero-size graphs become CONST 0 (but `from_numpy` always
 returns a realized buffer, 0 bytes when empty, and an assign into it returns the target), constant folding and
-identities (`fast/lazy_rules.py`), reduce folding and splitting, views instead of copies for
+identities (`fast/graph/rules.py`), reduce folding and splitting, views instead of copies for
 consecutive realized buffers, cast-before-view, copy simplifications, contiguous-child reuse.
-Validation (`fast/lazy_checks.py`) runs before any node is built.
+Validation (`fast/graph/checks.py`) runs before any node is built.
 
-Ordering of assigns (SPEC §4): see fast/lazy_versions.py. Each base records the expected version of
+Layering (fast/graph/__init__.py): this module imports only checks, keys and versions of the package.
+It builds the elementwise op, constants and movement ops itself; the methods reach the longer
+operations (fast/graph/operations.py, built through this module's constructors) through `OPERATIONS`.
+
+Ordering of assigns (SPEC §4): see fast/graph/versions.py. Each base records the expected version of
 every source it reads (`src_versions`), each view and VIEW base the one of the memory it aliases
 (`alias_version`); `stale_reads()` and `stale_alias()` report what a realized assign has overwritten.
 
@@ -31,22 +36,38 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from fast import config, lazy_ops
-from fast import lazy_checks as checks
-from fast import lazy_rules as rules
-from fast import lazy_versions as ordering
+from fast import config
 from fast.device import Buffer, Device
-from fast.dtype import ConstType, DType, dtypes
-from fast.lazy_keys import arg_key, bound_values, broadcast_tracker, const_value, normalized, tracker
+from fast.dtype import ConstType, DType
+from fast.graph import checks
+from fast.graph import versions as ordering
+from fast.graph.keys import arg_key, bound_values, broadcast_tracker, const_value, max_size, normalized, tracker
 from fast.ops import LoadOps, Op, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
-from fast.shape.symbolic import Node, Variable, sint
+from fast.shape.symbolic import Variable, sint
 
 _CACHE: dict[tuple[Any, ...], weakref.ref[LazyBuffer]] = {}  # entries leave in LazyBuffer.__del__
-_PENDING_ASSIGNS: weakref.WeakValueDictionary[int, LazyBuffer] = weakref.WeakValueDictionary()
 LOAD_OPS_FOR_USERS = (LoadOps.EMPTY, LoadOps.CONST, LoadOps.CUSTOM)
+
+
+class Operations:
+    """The operations longer than one node, keyed by name: fast/graph/operations.py sets each entry
+    beside its definition when the package is imported, before any LazyBuffer exists; the methods call
+    them with validated arguments. (A test planting a bug in one sets the entry, not the function.)"""
+
+    __slots__ = ("fold_constants", "double_negation", "reduce", "cast", "bitcast", "contiguous", "copy_to_device",
+                 "assign")
+    fold_constants: Callable[[Op, tuple[LazyBuffer, ...], DType], LazyBuffer | None]
+    double_negation: Callable[[LazyBuffer], LazyBuffer | None]
+    reduce: Callable[[LazyBuffer, ReduceOps, tuple[int, ...]], LazyBuffer]
+    cast: Callable[[LazyBuffer, DType], LazyBuffer]
+    bitcast: Callable[[LazyBuffer, DType], LazyBuffer]
+    contiguous: Callable[[LazyBuffer], LazyBuffer]
+    copy_to_device: Callable[[LazyBuffer, str, bool], LazyBuffer]
+    assign: Callable[[LazyBuffer, LazyBuffer], LazyBuffer]
+
+
+OPERATIONS = Operations()
 
 
 class LazyBuffer:
@@ -124,10 +145,7 @@ class LazyBuffer:
             return self._base.buffer
         buffer = self._buffer
         if buffer is None:
-            size = 1
-            for dim in self.shape:
-                size *= dim.max if isinstance(dim, Node) else dim
-            buffer = self._buffer = Buffer(self.device, size, self.dtype)
+            buffer = self._buffer = Buffer(self.device, max_size(self.shape), self.dtype)
             buffer.ref(1)
         return buffer
 
@@ -185,7 +203,7 @@ class LazyBuffer:
             raise TypeError(f"CUSTOM: arg must be a callable fn(out, *inputs), got {arg!r}")
         if not isinstance(src, (tuple, list)):
             raise TypeError(f"{op.name}: src must be a tuple of LazyBuffers, got {src!r}")
-        srcs = tuple(checks.check_lazy(op.name, s) for s in src)
+        srcs = tuple(checks.check_lazy(op.name, s, LazyBuffer) for s in src)
         if op is LoadOps.EMPTY and not srcs and tracker(checked).size == 0:
             return LazyBuffer(device, tracker(checked), dtype, op)  # a real (0-byte) buffer, not a CONST
         return create(device, tracker(checked), dtype, op, arg, srcs)
@@ -203,15 +221,15 @@ class LazyBuffer:
         """Elementwise `op` with self as the first operand. (The hot path of graph building: the
         rare cases, constant operands and contiguous children, are tested inline first.)"""
         operands = (self, *srcs)
-        out_dtype = checks.check_elementwise(op, operands)
+        out_dtype = checks.check_elementwise(op, operands, LazyBuffer)
         constant = redirected = False
         for s in operands:
             base = s._base or s
             constant = constant or base.op is LoadOps.CONST
             redirected = redirected or base.contiguous_child is not None
-        if constant and (fold := _constant_fold(op, operands)) is not None:
-            return lazy_ops.apply_fold(fold, operands, out_dtype)
-        if op is UnaryOps.NEG and (inner := lazy_ops.double_negation(self)) is not None:
+        if constant and (folded := OPERATIONS.fold_constants(op, operands, out_dtype)) is not None:
+            return folded
+        if op is UnaryOps.NEG and (inner := OPERATIONS.double_negation(self)) is not None:
             return inner
         resolved = tuple([redirect(s) for s in operands]) if redirected else operands
         st = self.st if self._base is None else tracker(self.shape)  # a base's st is from_shape(shape)
@@ -219,7 +237,7 @@ class LazyBuffer:
 
     def r(self, op: ReduceOps, axis: tuple[int, ...]) -> LazyBuffer:
         """Reduce `op` over `axis`; reduced axes keep size 1."""
-        return lazy_ops.reduce(self, op, checks.check_reduce(op, axis, self.shape, self.device))
+        return OPERATIONS.reduce(self, op, checks.check_reduce(op, axis, self.shape, self.device))
 
     def cast(self, dtype: DType, bitcast: bool = False) -> LazyBuffer:
         """CAST (value conversion) or BITCAST (reinterpretation) to `dtype`."""
@@ -231,37 +249,24 @@ class LazyBuffer:
         if dtype == self.dtype:
             return self
         if not bitcast:
-            return lazy_ops.cast(self, dtype)
-        checks.check_fresh("BITCAST", self)
-        return lazy_ops.bitcast(self, dtype)
+            return OPERATIONS.cast(self, dtype)
+        ordering.check_fresh("BITCAST", self)
+        return OPERATIONS.bitcast(self, dtype)
 
     def contiguous(self) -> LazyBuffer:
         """A buffer laid out contiguously: self, a zero-copy VIEW, or a CONTIGUOUS op."""
-        return lazy_ops.contiguous(self)
+        return OPERATIONS.contiguous(self)
 
     def copy_to_device(self, device: str, force: bool = False) -> LazyBuffer:
         """This buffer on `device` (see SPEC §4 for the simplifications)."""
         device = Device.canonicalize(device)
-        checks.check_fresh("COPY", self)
-        return lazy_ops.copy_to_device(self, device, force)
+        ordering.check_fresh("COPY", self)
+        return OPERATIONS.copy_to_device(self, device, force)
 
     def assign(self, x: LazyBuffer) -> LazyBuffer:
         """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node (a
         zero-size target, having nothing to write, is returned itself)."""
-        value = checks.check_assign(self, x)
-        forget_cached(self)  # its memory will stop holding "op of srcs": rebuilding that op must not find it
-        if checks.is_disk(self.device):
-            value = lazy_ops.disk_assign_value(value)
-        if 0 in self.shape:  # no element to write: the realized target already is the result
-            return self
-        root = self.base.buffer.base
-        pending = _PENDING_ASSIGNS.get(id(root))
-        if pending is not None and pending.realized is None:
-            raise RuntimeError(f"ASSIGN: {self!r} already has an unrealized assign pending; realize it first")
-        ret = create(self.device, tracker(self.shape), self.dtype, LoadOps.ASSIGN, None,
-                      (value, self))
-        _PENDING_ASSIGNS[id(root)] = ret
-        return ret
+        return OPERATIONS.assign(self, checks.check_assign(self, x, LazyBuffer))
 
     # ------------------------------------------------------------ movement (views, never copies)
 
@@ -292,15 +297,6 @@ class LazyBuffer:
 
 
 # ---------------------------------------------------------------- node construction
-
-def _constant_fold(op: Op, operands: tuple[LazyBuffer, ...]) -> rules.Fold | None:
-    """The folding rule for `op` over operands of which some are unrealized unmasked constants."""
-    consts = tuple([(s._base or s).arg if (s._base or s).op is LoadOps.CONST and s.is_unrealized_unmasked_const()
-                    else None for s in operands])
-    if consts.count(None) == len(consts):
-        return None
-    return rules.fold_elementwise(op, operands[-1].dtype, consts)
-
 
 def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, arg: Any = None,
             srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None) -> LazyBuffer:
@@ -346,10 +342,7 @@ def _aliasing_buffer(device: str, shape: tuple[sint, ...], dtype: DType, op: Op,
     the source's for VIEW (at byte offset `arg`)."""
     if op is LoadOps.ASSIGN:
         return srcs[1].base.buffer
-    size = 1
-    for dim in shape:
-        size *= dim.max if isinstance(dim, Node) else dim
-    return Buffer(device, size, dtype, base=srcs[0].base.buffer, offset=arg)
+    return Buffer(device, max_size(shape), dtype, base=srcs[0].base.buffer, offset=arg)
 
 
 _SCALAR = tracker(())
@@ -403,24 +396,3 @@ def move(lb: LazyBuffer, apply: Callable[[ShapeTracker, Any], ShapeTracker], arg
         lb = redirect(lb)
         base = lb._base or lb
     return view_of(base, apply(lb.st, arg))
-
-
-def reduce_node(source: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
-    new_shape = tuple(1 if i in axes else size for i, size in enumerate(source.shape))
-    return create(source.device, tracker(new_shape), source.dtype, op, axes, (source,))
-
-
-def from_numpy(array: Any, device: str) -> LazyBuffer:
-    """A realized buffer holding a snapshot of `array` (later writes to the array do not show)."""
-    device = Device.canonicalize(device)
-    data = np.asarray(array)
-    dtype = dtypes.from_numpy(data.dtype)
-    shape = tuple(int(size) for size in data.shape)
-    if not data.size:  # not through `create`, which turns zero-size graphs into CONST: the result is
-        ret = LazyBuffer(device, tracker(shape), dtype, LoadOps.EMPTY)  # a realized (0-byte) buffer,
-        ret.buffer.allocate()  # so it can be assigned into like any other
-        return ret
-    ret = LazyBuffer.loadop(LoadOps.EMPTY, shape, dtype, device)
-    flat = np.ascontiguousarray(data, dtype=dtype.storage_np).reshape(-1).view(np.uint8)
-    ret.buffer.copyin(flat.data)
-    return ret

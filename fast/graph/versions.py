@@ -14,27 +14,55 @@ version*: the version at which its Buffer holds the value it stands for.
 The scheduler raises RuntimeError for an unrealized base with stale reads and for an output that is a
 stale alias; copies and DISK bitcasts, which rebuild a view on its base, check at build time.
 
-These functions are part of the lazy layer: they read LazyBuffer's internal fields.
+These functions read a lazy buffer's internal fields, named by the `Versioned` protocol: the
+module never imports fast/graph/node.py, which calls it while it builds a node.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fast.ops import LoadOps, Op
 
 if TYPE_CHECKING:
     from fast.device import Buffer
-    from fast.lazy import LazyBuffer
 
 
-def current_version(lb: LazyBuffer) -> int:
+class Versioned(Protocol):
+    """What ordering reads of a lazy buffer: fast/graph/node.py's LazyBuffer has every field (`op`,
+    `srcs`, `src_versions` and `_assign_version` on bases only; `alias_version` is written by
+    `assign_realized`)."""
+
+    alias_version: int
+    _buffer: Buffer | None
+    _assign_version: int
+
+    @property
+    def _base(self) -> Versioned | None: ...
+
+    @property
+    def base(self) -> Versioned: ...
+
+    @property
+    def buffer(self) -> Buffer: ...
+
+    @property
+    def op(self) -> Op: ...
+
+    @property
+    def srcs(self) -> tuple[Versioned, ...]: ...
+
+    @property
+    def src_versions(self) -> tuple[int, ...]: ...
+
+
+def current_version(lb: Versioned) -> int:
     """The version lb's base Buffer is at now (0 for a base whose Buffer was never made)."""
     base = lb.base
     buffer = base._buffer
     return 0 if buffer is None else buffer.version
 
 
-def expected_version(lb: LazyBuffer) -> int:
+def expected_version(lb: Versioned) -> int:
     """The version of lb's base Buffer at which lb holds the value it stands for (module docstring)."""
     if lb._base is not None:
         return lb.alias_version
@@ -46,19 +74,19 @@ def expected_version(lb: LazyBuffer) -> int:
     return max(current, lb._assign_version + 1) if op is LoadOps.ASSIGN else current
 
 
-def assign_realized(target: LazyBuffer) -> None:
+def assign_realized(target: Versioned) -> None:
     """Called by the engine once an assign into `target` (a base) has run: a VIEW base that was the
     target now stands for the memory's new contents (views built from it before stay stale)."""
     if target._base is None and target.op is LoadOps.VIEW:
         target.alias_version = target.buffer.version
 
 
-def _reads(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[LazyBuffer, ...]:
+def _reads(op: Op, srcs: tuple[Versioned, ...]) -> tuple[Versioned, ...]:
     """The sources whose memory a base reads (an ASSIGN reads its value, not its target)."""
     return srcs[:1] if op is LoadOps.ASSIGN else srcs
 
 
-def read_versions(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[int, ...]:
+def read_versions(op: Op, srcs: tuple[Versioned, ...]) -> tuple[int, ...]:
     """The expected version of every source read, in `_reads` order."""
     if op is LoadOps.ASSIGN:
         srcs = srcs[:1]
@@ -67,7 +95,7 @@ def read_versions(op: Op, srcs: tuple[LazyBuffer, ...]) -> tuple[int, ...]:
                   for src in srcs])
 
 
-def stale_reads(base: LazyBuffer) -> list[tuple[Buffer, int]]:
+def stale_reads(base: Versioned) -> list[tuple[Buffer, int]]:
     """(Buffer, expected version) per memory `base` reads that an assign has overwritten since (the
     lowest expected version when it is read several ways)."""
     found: dict[int, tuple[Buffer, int]] = {}
@@ -80,10 +108,22 @@ def stale_reads(base: LazyBuffer) -> list[tuple[Buffer, int]]:
     return list(found.values())
 
 
-def stale_alias(lb: LazyBuffer) -> tuple[Buffer, int] | None:
+def stale_alias(lb: Versioned) -> tuple[Buffer, int] | None:
     """(Buffer, expected version) when `lb` aliases memory overwritten since it was built, else None
     (a base owning its memory is never a stale alias)."""
     expected = expected_version(lb)
     if current_version(lb) <= expected:
         return None
     return lb.base.buffer, expected
+
+
+def check_fresh(opname: str, lb: Versioned) -> None:
+    """RuntimeError when `lb` aliases memory (a view, a VIEW base) that a realized assign has overwritten
+    since it was built. Ops that rebuild a view on its base (copies, DISK bitcasts) check this first,
+    since the rebuilt node would read the memory's current value, not the one lb stood for; so does the
+    scheduler for what it is asked to realize."""
+    stale = stale_alias(lb)
+    if stale is not None:
+        buffer, version = stale
+        raise RuntimeError(f"{opname}: {lb!r} was built from {buffer!r} at version {version}, but an assign has "
+                           f"since overwritten it (version {buffer.version}): the value it read no longer exists")

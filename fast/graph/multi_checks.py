@@ -1,4 +1,4 @@
-"""Validation of MultiLazyBuffer arguments and layouts (SPEC §5), split out of fast/multi.py.
+"""Validation of MultiLazyBuffer arguments and layouts (SPEC §5), split out of fast/graph/multi.py.
 
 Pure checks: each reads its arguments only and raises ValueError naming the op and the offending
 values, so a multi-buffer method validates everything before it builds anything.
@@ -8,15 +8,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import chain, compress, repeat
 from operator import attrgetter, itemgetter
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
-from fast.allreduce import Bound, Shape, dims
-from fast.lazy import LazyBuffer
+from fast.graph.allreduce import Bound, Shape, dims
+from fast.graph.node import LazyBuffer
 from fast.shape.symbolic import all_int
 
 _DTYPE, _SHAPE = attrgetter("dtype"), attrgetter("shape")
+
+
+class Layout(Protocol):
+    """What `check_operands` reads of a multi buffer (fast/graph/multi.py's MultiLazyBuffer)."""
+
+    @property
+    def device(self) -> tuple[str, ...]: ...
+
+    @property
+    def shape(self) -> Shape: ...
 
 
 def check_ints(op: str, name: str, values: Any, length: int | None = None) -> tuple[int, ...]:
@@ -45,12 +55,11 @@ def check_pairs(op: str, arg: Any, shape: Shape) -> tuple[Bound, ...]:
     return tuple((pair[0], pair[1]) for pair in pairs)
 
 
-def check_operands(op: str, operands: Sequence[Any]) -> None:
-    """Every operand is a MultiLazyBuffer on the same devices, with the same shape."""
-    from fast.multi import MultiLazyBuffer  # noqa: PLC0415  (multi imports this module)
-
+def check_operands(op: str, operands: Sequence[Any], multi_type: type[Layout]) -> None:
+    """Every operand is a `multi_type` (the MultiLazyBuffer class: this module, which multi.py imports,
+    never imports multi.py) on the same devices, with the same shape."""
     for operand in operands:
-        if not isinstance(operand, MultiLazyBuffer):
+        if not isinstance(operand, multi_type):
             raise ValueError(f"{op}: every operand must be a MultiLazyBuffer, got {type(operand).__name__}")
         if operand.device != operands[0].device:
             raise ValueError(f"{op}: operands live on different devices {operands[0].device} and {operand.device}")
@@ -59,7 +68,7 @@ def check_operands(op: str, operands: Sequence[Any]) -> None:
 
 
 def check_layout(shards: Sequence[LazyBuffer], axis: int | None, real: Sequence[bool]) -> Shape:
-    """Validate a multi buffer's layout (module docstring of fast/multi.py); returns its logical shape
+    """Validate a multi buffer's layout (module docstring of fast/graph/multi.py); returns its logical shape
     (the first shard's, with the real shards' sizes summed along `axis`). Loops, no generators."""
     if not shards:
         raise ValueError("MultiLazyBuffer: needs at least one shard")

@@ -1,6 +1,6 @@
 """Pure rewrite rules of the graph layer: constant folding, algebraic identities, reduce folding and
 the split-reduce plan. No LazyBuffer in here: every rule takes plain values and returns a decision,
-so each is testable alone; `fast/lazy.py` applies the decisions to the graph.
+so each is testable alone; `fast/graph/node.py` applies the decisions to the graph.
 
 Conventions: an operand's "constant" is its value when it is an unmasked, unrealized CONST, else None
 (a constant's value is never None). Values are already normalised to the operand dtype

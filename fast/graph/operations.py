@@ -1,27 +1,31 @@
-"""The longer LazyBuffer operations (SPEC §4), split out of fast/lazy.py: folds applied to the graph,
-reduce (folding and splitting), cast and bitcast, contiguous, copy_to_device.
+"""The longer LazyBuffer operations (SPEC §4): constant folding and identities applied to the graph,
+reduce (folding and splitting), cast and bitcast, contiguous, copy_to_device, assign; and `from_numpy`.
 
-Every function here takes already-validated arguments (see fast/lazy_checks.py) and builds nodes only
-through fast/lazy.py's `create`/`view_of`/`reapply`/`const_node`, so the weak cache, the zero-size
-rule and the contiguous-child redirect apply uniformly.
+Every operation takes arguments its LazyBuffer method has validated (fast/graph/checks.py) and builds
+nodes only through fast/graph/node.py's `create`/`view_of`/`reapply`/`const_node`, so the weak cache,
+the zero-size rule and the contiguous-child redirect apply uniformly. node.py cannot import this
+module (it imports node.py), so each operation is entered in `node.OPERATIONS` right below its
+definition, when the package is imported; the methods call it from there.
 """
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import Any
+
+import numpy as np
 
 from fast import config
-from fast import lazy as graph
-from fast import lazy_checks as checks
-from fast import lazy_rules as rules
-from fast.dtype import DType
-from fast.ops import BinaryOps, LoadOps, ReduceOps, UnaryOps
+from fast.device import Device
+from fast.dtype import DType, dtypes
+from fast.graph import checks, node, rules
+from fast.graph.keys import tracker
+from fast.graph.node import OPERATIONS, LazyBuffer
+from fast.ops import BinaryOps, LoadOps, Op, ReduceOps, UnaryOps
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import sint
 from fast.shape.view import View
 
-if TYPE_CHECKING:
-    from fast.lazy import LazyBuffer
+_PENDING_ASSIGNS: weakref.WeakValueDictionary[int, LazyBuffer] = weakref.WeakValueDictionary()
 
 
 def _ints(values: tuple[sint, ...]) -> tuple[int, ...] | None:
@@ -31,11 +35,25 @@ def _ints(values: tuple[sint, ...]) -> tuple[int, ...] | None:
 
 # ---------------------------------------------------------------- elementwise
 
+def fold_constants(op: Op, operands: tuple[LazyBuffer, ...], out_dtype: DType) -> LazyBuffer | None:
+    """`e(op, *operands)` rewritten by the folding rule for its constant operands (unrealized, unmasked
+    CONSTs), or None when no rule applies (the caller then builds the op itself)."""
+    consts = tuple([(s._base or s).arg if (s._base or s).op is LoadOps.CONST and s.is_unrealized_unmasked_const()
+                    else None for s in operands])
+    if consts.count(None) == len(consts):
+        return None
+    fold = rules.fold_elementwise(op, operands[-1].dtype, consts)
+    return None if fold is None else apply_fold(fold, operands, out_dtype)
+
+
+OPERATIONS.fold_constants = fold_constants
+
+
 def apply_fold(fold: rules.Fold, operands: tuple[LazyBuffer, ...], out_dtype: DType) -> LazyBuffer:
     """Build the graph a `rules.Fold` decision describes."""
     first = operands[0]
     if fold.kind == "const":
-        return graph.const_node(first.device, out_dtype, fold.value, first.shape)
+        return node.const_node(first.device, out_dtype, fold.value, first.shape)
     target = operands[fold.index]
     if fold.kind == "operand":
         return target
@@ -50,7 +68,10 @@ def double_negation(lb: LazyBuffer) -> LazyBuffer | None:
     if base.op is not UnaryOps.NEG or base.realized is not None:
         return None
     inner = base.srcs[0]
-    return inner if lb is base else graph.reapply(inner, lb.st)
+    return inner if lb is base else node.reapply(inner, lb.st)
+
+
+OPERATIONS.double_negation = double_negation
 
 
 # ---------------------------------------------------------------- reduce
@@ -61,22 +82,31 @@ def reduce(lb: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
         return lb
     new_shape = tuple(1 if i in axes else size for i, size in enumerate(lb.shape))
     if any(lb.shape[a] == 0 for a in axes):
-        return graph.const_node(lb.device, lb.dtype, rules.empty_reduce_value(op, lb.dtype), new_shape)
-    source = graph.redirect(lb)
+        return node.const_node(lb.device, lb.dtype, rules.empty_reduce_value(op, lb.dtype), new_shape)
+    source = node.redirect(lb)
     shape = _ints(lb.shape)
     if source.is_unrealized_unmasked_const() and shape is not None:
         count = 1
         for a in axes:
             count *= shape[a]
         value = rules.fold_reduce(op, lb.dtype, source.base.arg, count)
-        return graph.const_node(lb.device, lb.dtype, value, new_shape)
+        return node.const_node(lb.device, lb.dtype, value, new_shape)
     split = split_plan(source, axes)
     if split is None or shape is None:
-        return graph.reduce_node(source, op, axes)
+        return reduce_node(source, op, axes)
     axis, factor = split
     split_shape = (*shape[:axis], factor, shape[axis] // factor, *shape[axis + 1:])
-    first = graph.reduce_node(source.reshape(split_shape), op, (axis + 1,))
-    return graph.reduce_node(first, op, (axis,)).reshape(new_shape)
+    first = reduce_node(source.reshape(split_shape), op, (axis + 1,))
+    return reduce_node(first, op, (axis,)).reshape(new_shape)
+
+
+OPERATIONS.reduce = reduce
+
+
+def reduce_node(source: LazyBuffer, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
+    """The REDUCE node of `source` over `axes` (no folding, no split)."""
+    new_shape = tuple(1 if i in axes else size for i, size in enumerate(source.shape))
+    return node.create(source.device, tracker(new_shape), source.dtype, op, axes, (source,))
 
 
 def split_plan(source: LazyBuffer, axes: tuple[int, ...]) -> tuple[int, int] | None:
@@ -106,15 +136,18 @@ def split_plan(source: LazyBuffer, axes: tuple[int, ...]) -> tuple[int, int] | N
 def cast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     """CAST to a different dtype: constant fold, cast-before-view, or a CAST node."""
     checks.check_compute_device("CAST", lb.device)
-    source = graph.redirect(lb)
+    source = node.redirect(lb)
     if source.is_unrealized_unmasked_const():
         value = rules.fold_cast(source.base.arg, lb.dtype, dtype, False)
         if value is not None:
-            return graph.const_node(lb.device, dtype, value, lb.shape)
+            return node.const_node(lb.device, dtype, value, lb.shape)
     base = source.base
     if source is not base and base.realized is None and dtype.itemsize <= lb.dtype.itemsize:
-        return graph.reapply(base.cast(dtype), source.st)
-    return graph.create(lb.device, graph.tracker(lb.shape), dtype, UnaryOps.CAST, dtype, (source,))
+        return node.reapply(base.cast(dtype), source.st)
+    return node.create(lb.device, tracker(lb.shape), dtype, UnaryOps.CAST, dtype, (source,))
+
+
+OPERATIONS.cast = cast
 
 
 def can_view(lb: LazyBuffer) -> bool:
@@ -128,7 +161,7 @@ def buffer_view(source: LazyBuffer, dtype: DType, shape: tuple[sint, ...]) -> La
     """A VIEW base: a zero-copy `Buffer.view` of source's base Buffer at source's byte offset."""
     offset = source.st.views[0].offset
     byte_offset = (offset if isinstance(offset, int) else 0) * source.dtype.itemsize
-    return graph.create(source.device, graph.tracker(shape), dtype, LoadOps.VIEW, byte_offset, (source,))
+    return node.create(source.device, tracker(shape), dtype, LoadOps.VIEW, byte_offset, (source,))
 
 
 def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
@@ -136,8 +169,8 @@ def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     bitcast-before-view, or a BITCAST node."""
     new_shape = checks.check_bitcast(lb.dtype, dtype, lb.device, lb.shape)
     if 0 in new_shape:  # nothing to reinterpret (an empty view is consecutive, also on DISK): `create`
-        return graph.create(lb.device, graph.tracker(new_shape), dtype, UnaryOps.BITCAST, dtype, (lb,))  # -> CONST
-    source = graph.redirect(lb)
+        return node.create(lb.device, tracker(new_shape), dtype, UnaryOps.BITCAST, dtype, (lb,))  # -> CONST
+    source = node.redirect(lb)
     base = source.base
     if can_view(source) and (base.realized is not None or checks.is_disk(lb.device)):
         return buffer_view(source, dtype, new_shape)
@@ -147,10 +180,13 @@ def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     if source.is_unrealized_unmasked_const():
         value = rules.fold_cast(source.base.arg, lb.dtype, dtype, True)
         if value is not None:
-            return graph.const_node(lb.device, dtype, value, lb.shape)
+            return node.const_node(lb.device, dtype, value, lb.shape)
     if source is not base and base.realized is None:
-        return graph.reapply(base.cast(dtype, bitcast=True), source.st)
-    return graph.create(lb.device, graph.tracker(lb.shape), dtype, UnaryOps.BITCAST, dtype, (source,))
+        return node.reapply(base.cast(dtype, bitcast=True), source.st)
+    return node.create(lb.device, tracker(lb.shape), dtype, UnaryOps.BITCAST, dtype, (source,))
+
+
+OPERATIONS.bitcast = bitcast
 
 
 def disk_strided_bitcast(source: LazyBuffer, dtype: DType) -> LazyBuffer | None:
@@ -161,7 +197,7 @@ def disk_strided_bitcast(source: LazyBuffer, dtype: DType) -> LazyBuffer | None:
     strides and start (from the first covered byte) divide by the new itemsize; else None."""
     base, old_size, new_size = source.base, source.dtype.itemsize, dtype.itemsize
     if old_size == new_size and source is not base and can_view(base):
-        return graph.reapply(base.cast(dtype, bitcast=True), source.st)
+        return node.reapply(base.cast(dtype, bitcast=True), source.st)
     view = source.st.views[0]
     shape, strides = _ints(view.shape), _ints(view.strides)
     span = covering_range(source.st, base.size) if isinstance(base.size, int) else None
@@ -173,11 +209,11 @@ def disk_strided_bitcast(source: LazyBuffer, dtype: DType) -> LazyBuffer | None:
     start = (view.offset - low) * old_size
     if any(count % new_size for count in (*outer, start, (high - low) * old_size)):
         return None
-    window = graph.create(source.device, graph.tracker(((high - low) * old_size // new_size,)), dtype,
+    window = node.create(source.device, tracker(((high - low) * old_size // new_size,)), dtype,
                           LoadOps.VIEW, low * old_size, (base,))
     new_shape = (*shape[:-1], shape[-1] * old_size // new_size)
     rebased = View.create(new_shape, (*(count // new_size for count in outer), 1), start // new_size, None)
-    return graph.view_of(window, ShapeTracker((rebased,)))
+    return node.view_of(window, ShapeTracker((rebased,)))
 
 
 def contiguous(lb: LazyBuffer) -> LazyBuffer:
@@ -191,14 +227,17 @@ def contiguous(lb: LazyBuffer) -> LazyBuffer:
     if can_view(lb) and (base.realized is not None or checks.is_disk(lb.device)):
         return buffer_view(lb, lb.dtype, lb.shape)
     if 0 in lb.shape:  # an empty view is consecutive, also on DISK: `create` makes it an empty CONST
-        return graph.create(lb.device, graph.tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
+        return node.create(lb.device, tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
     checks.check_compute_device("CONTIGUOUS of a non-consecutive view", lb.device)
-    ret = graph.create(lb.device, graph.tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
+    ret = node.create(lb.device, tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
     if ret.base is ret and ret.op is LoadOps.CONTIGUOUS:
         inverted = lb.st.invert(base.shape)
         if inverted is not None:
             base.contiguous_child = (weakref.ref(ret), inverted)
     return ret
+
+
+OPERATIONS.contiguous = contiguous
 
 
 # ---------------------------------------------------------------- copies
@@ -218,13 +257,16 @@ def copy_to_device(lb: LazyBuffer, device: str, force: bool) -> LazyBuffer:
     if checks.is_disk(device) and not checks.is_disk(lb.device) and not whole:
         return _copy(lb.contiguous(), device)  # a file holds its values in order: never a view re-applied
     if lb.is_unrealized_const() and not checks.is_disk(device):
-        const = graph.create(device, graph.tracker(base.shape), base.dtype, LoadOps.CONST, base.arg)
-        return graph.reapply(const, lb.st)
+        const = node.create(device, tracker(base.shape), base.dtype, LoadOps.CONST, base.arg)
+        return node.reapply(const, lb.st)
     if isinstance(lb.size, int) and isinstance(base.size, int) and lb.size < base.size:
         if checks.is_disk(lb.device) and not lb.st.consecutive:
             return _copy_covering(lb, device)
         return _copy(lb.contiguous(), device)
-    return graph.reapply(_copy(base, device), lb.st)
+    return node.reapply(_copy(base, device), lb.st)
+
+
+OPERATIONS.copy_to_device = copy_to_device
 
 
 def disk_assign_value(value: LazyBuffer) -> LazyBuffer:
@@ -235,11 +277,11 @@ def disk_assign_value(value: LazyBuffer) -> LazyBuffer:
     base = value.base
     if base.op is not LoadOps.COPY or base.realized is not None or base.stale_reads():
         return value
-    return graph.reapply(base.srcs[0], value.st) if value is not base else base.srcs[0]
+    return node.reapply(base.srcs[0], value.st) if value is not base else base.srcs[0]
 
 
 def _copy(source: LazyBuffer, device: str) -> LazyBuffer:
-    return graph.create(device, graph.tracker(source.shape), source.dtype, LoadOps.COPY, None, (source,))
+    return node.create(device, tracker(source.shape), source.dtype, LoadOps.COPY, None, (source,))
 
 
 def covering_range(st: ShapeTracker, base_size: int) -> tuple[int, int] | None:
@@ -263,10 +305,49 @@ def _copy_covering(lb: LazyBuffer, device: str) -> LazyBuffer:
     base_size = base.size if isinstance(base.size, int) else None
     span = None if base_size is None else covering_range(lb.st, base_size)
     if span is None or base_size is None or span == (0, base_size):
-        return graph.reapply(_copy(base, device), lb.st)
+        return node.reapply(_copy(base, device), lb.st)
     low, high = span
     window = base.reshape((base_size,)).shrink(((low, high),)).contiguous()
     copied = _copy(window, device)
     first = lb.st.views[0]
     rebased = View.create(first.shape, first.strides, first.offset - low, first.mask)
-    return graph.view_of(copied, ShapeTracker((rebased, *lb.st.views[1:])))
+    return node.view_of(copied, ShapeTracker((rebased, *lb.st.views[1:])))
+
+
+# ---------------------------------------------------------------- assign and from_numpy
+
+def assign(target: LazyBuffer, value: LazyBuffer) -> LazyBuffer:
+    """The ASSIGN node writing `value` into `target`'s memory when realized (both validated by
+    `checks.check_assign`); a zero-size target, having nothing to write, is returned itself. At most
+    one unrealized assign per memory: a second one is a RuntimeError."""
+    node.forget_cached(target)  # its memory will stop holding "op of srcs": rebuilding that op must not find it
+    if checks.is_disk(target.device):
+        value = disk_assign_value(value)
+    if 0 in target.shape:  # no element to write: the realized target already is the result
+        return target
+    root = target.base.buffer.base
+    pending = _PENDING_ASSIGNS.get(id(root))
+    if pending is not None and pending.realized is None:
+        raise RuntimeError(f"ASSIGN: {target!r} already has an unrealized assign pending; realize it first")
+    ret = node.create(target.device, tracker(target.shape), target.dtype, LoadOps.ASSIGN, None, (value, target))
+    _PENDING_ASSIGNS[id(root)] = ret
+    return ret
+
+
+OPERATIONS.assign = assign
+
+
+def from_numpy(array: Any, device: str) -> LazyBuffer:
+    """A realized buffer holding a snapshot of `array` (later writes to the array do not show)."""
+    device = Device.canonicalize(device)
+    data = np.asarray(array)
+    dtype = dtypes.from_numpy(data.dtype)
+    shape = tuple(int(size) for size in data.shape)
+    if not data.size:  # not through `create`, which turns zero-size graphs into CONST: the result is
+        ret = LazyBuffer(device, tracker(shape), dtype, LoadOps.EMPTY)  # a realized (0-byte) buffer,
+        ret.buffer.allocate()  # so it can be assigned into like any other
+        return ret
+    ret = LazyBuffer.loadop(LoadOps.EMPTY, shape, dtype, device)
+    flat = np.ascontiguousarray(data, dtype=dtype.storage_np).reshape(-1).view(np.uint8)
+    ret.buffer.copyin(flat.data)
+    return ret

@@ -1,4 +1,4 @@
-"""The all-reduce of sharded reductions (SPEC §5), split out of fast/multi.py: naive or ring.
+"""The all-reduce of sharded reductions (SPEC §5), split out of fast/graph/multi.py: naive or ring.
 
 Every function takes equally shaped per-device lazy buffers and builds lazy graphs only (copies and
 elementwise combines); nothing runs until realized. Combination order is fixed (part order, or the
@@ -12,7 +12,7 @@ from functools import reduce
 from itertools import accumulate
 
 from fast import config
-from fast.lazy import LazyBuffer
+from fast.graph.node import LazyBuffer
 from fast.ops import BinaryOps, ReduceOps
 
 Shape = tuple[int, ...]
