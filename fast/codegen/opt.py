@@ -18,7 +18,9 @@ With `config.get().noopt` the plan is the natural one: one loop per axis in axis
 Heuristics (lanes = the renderer's vector width for the kernel's widest element, 1 without vectors):
 - loop order: output axes sorted by decreasing |stride| of the first STORE's view;
 - reduce kernels whose innermost reduce axis is contiguous in every input that moves along it:
-  vectorize that reduce axis (`lanes` x up to 4 accumulators);
+  vectorize that reduce axis (`lanes` x up to 4 accumulators), and unroll the innermost output axis
+  whose outputs read other memory into up to 4 interleaved streams (`_interleave_streams`: several
+  sequential reads in flight per core; each output's additions stay the same sequence);
 - otherwise: vectorize the innermost output axis when the STORE walks it contiguously and its size is
   a multiple of the lanes (halving the lanes down to 4 to find a divisor), with up to 4 copies; when
   no such divisor exists (a prime size), the axis is vectorized over its first `tail` positions (a
@@ -242,10 +244,36 @@ def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_s
         plan = _upcast_innermost_output(plan, options.max_upcast)
         return _unroll_innermost_reduce(plan, options.max_unroll, options.max_unrolled_bodies)
     if vectorized.reduce_vector:
-        return vectorized
+        return _interleave_streams(vectorized, load_strides, options.vector_registers)
     if chunkable:
         vectorized = _chunk_strided_reduce(vectorized)
     return _unroll_innermost_reduce(vectorized, options.max_unroll, options.max_unrolled_bodies)
+
+
+def _interleave_streams(plan: KernelPlan, load_strides: Sequence[Sequence[sint | None]],
+                        registers: int) -> KernelPlan:
+    """A vectorized reduce reads one contiguous stream per output. Unroll the innermost output axis
+    whose outputs read far-apart memory (an input's stride along it is not 0 or 1) into `streams`
+    copies, each with its own accumulators: `streams` sequential streams are in flight at once,
+    which keeps more of the hardware prefetchers busy (a read-only walk of one stream per core
+    leaves memory bandwidth unused). Every output's reduction is the same sequence as before, so
+    values do not change; at most half the vector registers hold accumulators."""
+    copies = plan.reduce_axes[-1].unroll
+    streams = max(1, (registers // 2) // copies)
+    candidates = [i for i, axis in enumerate(plan.output_axes) if axis.size != 1 and axis.unroll == 1]
+    if streams < 2 or not candidates:
+        return plan
+    position = candidates[-1]
+    axis = plan.output_axes[position]
+    strides = [loads[axis.axis] for loads in load_strides]
+    if not any(isinstance(stride, int) and abs(stride) > 1 for stride in strides):
+        return plan
+    amount = next((g for g in (streams, 4, 2) if g <= streams and _divides(axis.size, g)), 1)
+    if amount < 2:
+        return plan
+    outputs = list(plan.output_axes)
+    outputs[position] = replace(axis, unroll=amount)
+    return replace(plan, output_axes=tuple(outputs))
 
 
 def _row_plan(plan: KernelPlan, store_strides: Sequence[sint | None], load_strides: Sequence[Sequence[sint | None]],
