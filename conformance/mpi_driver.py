@@ -1,0 +1,266 @@
+"""The conformance suite under MPI: `mpiexec -n 3 python -m conformance --mpi --profile mpi --devices CLANG,LLVM,DISK`.
+
+Every rank must replay the identical program sequence, so rank 0 alone generates it: it runs the
+usual Hypothesis worker (runner.Worker: generation, shrinking, minimizing) and the directed programs,
+and sends each program, pickled, to every other rank just before replaying it itself. Rank 0 replays
+it on `reference` and on `fast`, the other ranks on `fast` only; `to_numpy` on the `fast` side is
+`fast.mpi.gather(buffer, 0)`, so the values come to rank 0, which compares them by the runner's own
+`check` and decides. The other ranks serve programs until rank 0 tells them to stop.
+
+Devices are spread over the ranks by renaming the generated programs (`placement`): the strategies
+draw their usual names (`CLANG`, `CLANG:1`, `LLVM`, ...) and each becomes one owned by a rank, the
+kinds interleaved, so the shards of one buffer sit on several ranks and kinds (with 3 ranks:
+`CLANG@0`, `LLVM:1@1`, `CLANG:2@2`); the fourth device of a kind stays local to every rank (no
+`@`), and DISK files stay local too (each rank has its own directory: other ranks rewrite the path).
+
+Lockstep check: after each program every rank reports the error (type and step) of each of its
+replays; they must be rank 0's. A rank that raised elsewhere, or reported nothing within
+`REPORT_SECONDS`, has left SPMD lockstep (its transfers no longer match anyone's): rank 0 prints each
+rank's errors and the program and aborts the job (`MPI_Abort`, non-zero exit, no hang). An
+uncaught exception on any rank aborts it too (`abort_on_error`).
+
+Waiting is polite: a rank waiting for the next program, or rank 0 waiting for reports, polls
+(`Iprobe`/`Test`) and sleeps between polls instead of blocking in MPI, whose blocking calls
+busy-poll a core; `fast`'s own transfers wait the same way (fast/runtime/mpi.py). With 3 ranks on
+2 cores a spinning rank would take a core from the ranks doing the work.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields, replace
+from types import ModuleType
+from typing import Any
+
+from hypothesis import strategies as st
+
+from conformance.directed import directed_programs
+from conformance.driver import Outcome, replay
+from conformance.profiles import GenConfig
+from conformance.program import Program, Shard, Step
+from conformance.runner import PROGRAM_SECONDS, Checked, RunResult, Worker, _alarm, check
+from conformance.strategies import programs
+
+TAG_PROGRAM, TAG_REPORT = 71, 72  # on COMM_WORLD; fast's transfers use a private duplicate of it
+REPORT_SECONDS = 2 * PROGRAM_SECONDS + 120  # rank 0 waits this long for a rank's report on one program
+ErrorKey = tuple[str, int, str] | None  # (type name, step, message) of a replay's error, None without one
+
+
+def world() -> Any:
+    """mpi4py's COMM_WORLD (ImportError, saying what to install, without mpi4py)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        raise ImportError("conformance --mpi needs mpi4py (pip install 'fast-lazy[mpi]')") from error
+    return MPI.COMM_WORLD
+
+
+# ---------------------------------------------------------------- where devices live
+
+def placement(cfg: GenConfig, ranks: int) -> dict[str, str]:
+    """Each generic device name the strategies may draw -> its name in an MPI run over `ranks` ranks.
+
+    Device `index` of the j-th kind becomes device `index` of kind `kinds[(index + j) % len(kinds)]`
+    (a bijection for each index, so distinct names stay distinct), owned by rank `(index + j) % ranks`;
+    with 3 or more devices per kind, the last one stays local to every rank. `X:0` keeps its spelling.
+    """
+    kinds, out = cfg.kinds, {}
+    for j, kind in enumerate(kinds):
+        count = cfg.count(kind)
+        for index in range(count):
+            target = kinds[(index + j) % len(kinds)]
+            owner = "" if count >= 3 and index == count - 1 else f"@{(index + j) % ranks}"
+            out[GenConfig.device(kind, index)] = GenConfig.device(target, index) + owner
+            if index == 0:
+                out[f"{kind}:0"] = f"{target}:0{owner}"
+    return out
+
+
+def rename_devices(program: Program, name: Callable[[str], str]) -> Program:
+    """`program` with every device name in its steps (`device`, `devices`) replaced by name(old)."""
+    return replace(program, steps=tuple(_rename_step(step, name) for step in program.steps))
+
+
+def _rename_step(step: Step, name: Callable[[str], str]) -> Step:
+    changes: dict[str, Any] = {}
+    for f in fields(step):  # type: ignore[arg-type]
+        value = getattr(step, f.name)
+        if f.name == "device" and isinstance(value, str):
+            changes["device"] = name(value)
+        elif f.name == "devices" and isinstance(value, tuple):
+            changes["devices"] = tuple(name(device) for device in value)
+    return replace(step, **changes) if changes else step  # type: ignore[type-var]
+
+
+def _placed(mapping: dict[str, str]) -> Callable[[str], str]:
+    return lambda device: mapping.get(device, device)
+
+
+def _disk_moved(root_dir: str | None, my_dir: str | None) -> Callable[[str], str]:
+    """Device names with rank 0's DISK directory replaced by this rank's."""
+    if root_dir is None or my_dir is None:
+        return lambda device: device
+    old, new = f"DISK:{root_dir}/", f"DISK:{my_dir}/"
+    return lambda device: new + device[len(old):] if device.startswith(old) else device
+
+
+# ---------------------------------------------------------------- the candidate and messages
+
+class GatheringFast(ModuleType):
+    """`fast` whose `to_numpy` is `fast.mpi.gather(buffer, 0)`: the values on rank 0, None elsewhere.
+    Named `fast`, so the driver finds `fast.config` and the compile counter through it."""
+
+    def __init__(self) -> None:
+        super().__init__("fast")
+        import fast
+        import fast.mpi
+        self._fast = fast
+        self.to_numpy = functools.partial(fast.mpi.gather, root=0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fast, name)
+
+
+def _poll(ready: Callable[[], bool], seconds: float | None) -> bool:
+    """Wait until ready() (sleeping between polls, up to 2 ms); False after `seconds` (None: no limit)."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    pause = 1e-5
+    while not ready():
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 2e-3)
+    return True
+
+
+def _send(comm: Any, value: Any, dest: int, tag: int) -> None:
+    request = comm.isend(value, dest=dest, tag=tag)
+    _poll(lambda: bool(request.Test()), None)
+    request.wait()
+
+
+def _receive(comm: Any, source: int, tag: int, seconds: float | None = None) -> tuple[bool, Any]:
+    """(True, the next pickled message from `source` with `tag`), or (False, None) after `seconds`."""
+    if not _poll(lambda: bool(comm.Iprobe(source=source, tag=tag)), seconds):
+        return False, None
+    return True, comm.recv(source=source, tag=tag)
+
+
+def errors(outcomes: list[Outcome]) -> list[ErrorKey]:
+    """Each replay's error as (type, step, message), None for a replay that raised nothing."""
+    return [None if o.error is None else (o.error.kind, o.error.step, o.error.message) for o in outcomes]
+
+
+def _same(a: list[ErrorKey], b: list[ErrorKey]) -> bool:
+    return [e and e[:2] for e in a] == [e and e[:2] for e in b]
+
+
+@contextmanager
+def abort_on_error(comm: Any) -> Iterator[None]:
+    """An exception escaping the block prints its traceback with this rank and aborts the whole job."""
+    try:
+        yield
+    except Exception:  # noqa: BLE001 - any error on any rank must stop every rank
+        print(f"conformance --mpi: rank {comm.Get_rank()} failed:\n{traceback.format_exc()}", file=sys.stderr,
+              flush=True)
+        comm.Abort(1)
+
+
+# ---------------------------------------------------------------- rank 0 and the others
+
+class Coordinator(Worker):
+    """Rank 0's worker: sends each program to the other ranks just before checking it, then requires
+    their replays' errors to be its own. Counts the programs that shard (`feature:sharded-program`)."""
+
+    def __init__(self, comm: Any, cfg: GenConfig, shrink_seconds: float, deadline: float,
+                 report: Callable[[int, int], None] | None = None) -> None:
+        super().__init__(cfg, "fast", shrink_seconds, deadline, report)
+        self.comm = comm
+        self.candidate = GatheringFast()
+
+    def check(self, program: Program) -> Checked:
+        others = range(1, self.comm.Get_size())
+        for rank in others:
+            _send(self.comm, program, rank, TAG_PROGRAM)
+        outcomes: list[Outcome] = []
+        with _alarm(PROGRAM_SECONDS):
+            checked = check(program, self.expected, self.candidate, outcomes)
+        mine = errors(outcomes)
+        for rank in others:
+            arrived, theirs = _receive(self.comm, rank, TAG_REPORT, REPORT_SECONDS)
+            if not arrived or not _same(mine, theirs):
+                self.diverged(program, mine, rank, theirs if arrived else None)
+        return checked
+
+    def record(self, program: Program) -> list[Any]:
+        found = super().record(program)
+        if any(isinstance(step, Shard) for step in program.steps):
+            self.state.result.coverage["feature:sharded-program"] += 1
+        return found
+
+    def diverged(self, program: Program, mine: list[ErrorKey], rank: int, theirs: list[ErrorKey] | None) -> None:
+        """Print how rank `rank` left lockstep on `program` and abort the job."""
+        def text(found: list[ErrorKey] | None) -> str:
+            if found is None:
+                return f"no report within {REPORT_SECONDS} s"
+            return "; ".join("no error" if e is None else f"{e[0]} at step {e[1]}: {e[2]}" for e in found)
+        print(f"conformance --mpi: FAILURE: the ranks disagree on what `fast` did (they left SPMD lockstep)\n"
+              f"rank 0: {text(mine)}\nrank {rank}: {text(theirs)}\n--- snippet (run it under mpiexec on "
+              f"every rank) ---\n{program.render('fast')}\n---------------", flush=True)
+        sys.stderr.flush()
+        self.comm.Abort(1)
+
+
+def serve(comm: Any, disk_dir: str | None) -> None:
+    """Any rank but 0: replay on `fast` each program rank 0 sends (DISK paths moved to `disk_dir`)
+    and report its errors, until rank 0 sends None."""
+    _, setup = _receive(comm, 0, TAG_PROGRAM)
+    moved = _disk_moved(setup["disk_dir"], disk_dir)
+    candidate = GatheringFast()
+    while True:
+        _, program = _receive(comm, 0, TAG_PROGRAM)
+        if program is None:
+            return
+        program = rename_devices(program, moved)
+        outcomes = [replay(candidate, program, run=run) for run in range(program.runs)]
+        _send(comm, errors(outcomes), 0, TAG_REPORT)
+
+
+def coordinate(comm: Any, cfg: GenConfig, examples: int, seed: int, shrink_seconds: float, time_limit: float,
+               progress: Callable[[int, int], None] | None) -> RunResult:
+    """Rank 0: the directed programs, then `examples` random ones (until `time_limit` seconds), every
+    device name placed over the ranks; then tells the other ranks to stop."""
+    others = range(1, comm.Get_size())
+    for rank in others:
+        _send(comm, {"disk_dir": cfg.disk_dir}, rank, TAG_PROGRAM)
+    place = _placed(placement(cfg, comm.Get_size()))
+    worker = Coordinator(comm, cfg, shrink_seconds, time.time() + time_limit, progress)
+    worker.run_directed([rename_devices(program, place) for program in directed_programs(cfg)])
+    strategy: st.SearchStrategy[Program] = programs(cfg).map(lambda program: rename_devices(program, place))
+    result = worker.run(examples + worker.state.result.examples, seed, strategy)
+    for rank in others:
+        _send(comm, None, rank, TAG_PROGRAM)
+    return result
+
+
+def run(cfg: GenConfig, examples: int, seed: int, shrink_seconds: float, time_limit: float,
+        progress: Callable[[int, int], None] | None = None) -> RunResult | None:
+    """Called on every rank: rank 0 coordinates and returns the result, the others serve and return
+    None. An exception on any rank aborts the job."""
+    comm = world()
+    with abort_on_error(comm):
+        if comm.Get_rank() != 0:
+            serve(comm, cfg.disk_dir)
+            return None
+        return coordinate(comm, cfg, examples, seed, shrink_seconds, time_limit, progress)
+    return None  # (abort_on_error aborted the job)
+
+
+def describe(cfg: GenConfig, ranks: int) -> str:
+    """`CLANG->CLANG@0, CLANG:1->LLVM:1@1, ...`: where the generic devices live in this run."""
+    return ", ".join(f"{generic}->{placed}" for generic, placed in placement(cfg, ranks).items()
+                     if not generic.endswith(":0"))
