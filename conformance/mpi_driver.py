@@ -150,6 +150,16 @@ def _receive(comm: Any, source: int, tag: int, seconds: float | None = None) -> 
     return True, comm.recv(source=source, tag=tag)
 
 
+def mpi_snippet(snippet: str, ranks: int) -> str:
+    """A failure's snippet (Program.render) made runnable under mpiexec: `fast`'s values gathered to
+    rank 0 (to_numpy would refuse another rank's buffer); without the `python -m fast.debug` tail,
+    which replays a graph in one process."""
+    head = (f"import fast.mpi  # run: mpiexec -n {ranks} python -m mpi4py THIS_FILE.py (rank 0 prints fast's values)\n"
+            "\ndef gathered(T, x):\n    return fast.mpi.gather(x, 0) if T is fast else T.to_numpy(x)\n")
+    body = snippet.split("\n# The program's buffers, left lazy", 1)[0].replace("T.to_numpy(", "gathered(T, ")
+    return body.replace("import reference, fast\n", f"import reference, fast\n{head}", 1)
+
+
 def errors(outcomes: list[Outcome]) -> list[ErrorKey]:
     """Each replay's error as (type, step, message), None for a replay that raised nothing."""
     return [None if o.error is None else (o.error.kind, o.error.step, o.error.message) for o in outcomes]
@@ -174,13 +184,14 @@ def abort_on_error(comm: Any) -> Iterator[None]:
 
 class Coordinator(Worker):
     """Rank 0's worker: sends each program to the other ranks just before checking it, then requires
-    their replays' errors to be its own. Counts the programs that shard (`feature:sharded-program`)."""
+    their replays' errors to be its own. Counts the programs whose shard step ran (`feature:sharded-program`)."""
 
     def __init__(self, comm: Any, cfg: GenConfig, shrink_seconds: float, deadline: float,
                  report: Callable[[int, int], None] | None = None) -> None:
         super().__init__(cfg, "fast", shrink_seconds, deadline, report)
         self.comm = comm
         self.candidate = GatheringFast()
+        self.last_steps_run = 0
 
     def check(self, program: Program) -> Checked:
         others = range(1, self.comm.Get_size())
@@ -189,6 +200,7 @@ class Coordinator(Worker):
         outcomes: list[Outcome] = []
         with _alarm(PROGRAM_SECONDS):
             checked = check(program, self.expected, self.candidate, outcomes)
+        self.last_steps_run = checked.steps_run
         mine = errors(outcomes)
         for rank in others:
             arrived, theirs = _receive(self.comm, rank, TAG_REPORT, REPORT_SECONDS)
@@ -198,7 +210,7 @@ class Coordinator(Worker):
 
     def record(self, program: Program) -> list[Any]:
         found = super().record(program)
-        if any(isinstance(step, Shard) for step in program.steps):
+        if any(isinstance(step, Shard) for step in program.steps[:self.last_steps_run]):
             self.state.result.coverage["feature:sharded-program"] += 1
         return found
 
@@ -208,9 +220,10 @@ class Coordinator(Worker):
             if found is None:
                 return f"no report within {REPORT_SECONDS} s"
             return "; ".join("no error" if e is None else f"{e[0]} at step {e[1]}: {e[2]}" for e in found)
+        snippet = mpi_snippet(program.render("fast"), self.comm.Get_size())
         print(f"conformance --mpi: FAILURE: the ranks disagree on what `fast` did (they left SPMD lockstep)\n"
-              f"rank 0: {text(mine)}\nrank {rank}: {text(theirs)}\n--- snippet (run it under mpiexec on "
-              f"every rank) ---\n{program.render('fast')}\n---------------", flush=True)
+              f"rank 0: {text(mine)}\nrank {rank}: {text(theirs)}\n--- snippet ---\n{snippet}\n---------------",
+              flush=True)
         sys.stderr.flush()
         self.comm.Abort(1)
 
@@ -242,6 +255,8 @@ def coordinate(comm: Any, cfg: GenConfig, examples: int, seed: int, shrink_secon
     worker.run_directed([rename_devices(program, place) for program in directed_programs(cfg)])
     strategy: st.SearchStrategy[Program] = programs(cfg).map(lambda program: rename_devices(program, place))
     result = worker.run(examples + worker.state.result.examples, seed, strategy)
+    for failure in result.failures.values():
+        failure.snippet = mpi_snippet(failure.snippet, comm.Get_size())
     for rank in others:
         _send(comm, None, rank, TAG_PROGRAM)
     return result
