@@ -3,9 +3,11 @@
 Every rank must replay the identical program sequence, so rank 0 alone generates it: it runs the
 usual Hypothesis worker (runner.Worker: generation, shrinking, minimizing) and the directed programs,
 and sends each program, pickled, to every other rank just before replaying it itself. Rank 0 replays
-it on `reference` and on `fast`, the other ranks on `fast` only; `to_numpy` on the `fast` side is
-`fast.mpi.gather(buffer, 0)`, so the values come to rank 0, which compares them by the runner's own
-`check` and decides. The other ranks serve programs until rank 0 tells them to stop.
+it on `reference` and on `fast`, the other ranks on `fast` only. On the `fast` side `to_numpy` is
+`fast.mpi.allgather`, so every rank ends up with the values (a rank holding a replica of an
+unsharded buffer reads its own) and sends its outcome to rank 0, which compares rank 0's outcome and
+every other rank's with reference by the runner's own rules (`check`, `compare`) and decides: a
+replica that differs on one rank is a failure there, shrunk like any other.
 
 Devices are spread over the ranks by renaming the generated programs (`placement`): the strategies
 draw their usual names (`CLANG`, `CLANG:1`, `LLVM`, ...) and each becomes one owned by a rank, the
@@ -13,11 +15,10 @@ kinds interleaved, so the shards of one buffer sit on several ranks and kinds (w
 `CLANG@0`, `LLVM:1@1`, `CLANG:2@2`); the fourth device of a kind stays local to every rank (no
 `@`), and DISK files stay local too (each rank has its own directory: other ranks rewrite the path).
 
-Lockstep check: after each program every rank reports the error (type and step) of each of its
-replays; they must be rank 0's. A rank that raised elsewhere, or reported nothing within
-`REPORT_SECONDS`, has left SPMD lockstep (its transfers no longer match anyone's): rank 0 prints each
-rank's errors and the program and aborts the job (`MPI_Abort`, non-zero exit, no hang). An
-uncaught exception on any rank aborts it too (`abort_on_error`).
+Lockstep check: the errors (type and step) of every rank's replays must be rank 0's. A rank that
+raised elsewhere, or sent nothing within `REPORT_SECONDS`, has left SPMD lockstep (its transfers no
+longer match anyone's): rank 0 prints each side's errors and the program and aborts the job
+(`MPI_Abort`, non-zero exit, no hang). An uncaught exception on any rank aborts it too.
 
 Waiting is polite: a rank waiting for the next program, or rank 0 waiting for reports, polls
 (`Iprobe`/`Test`) and sleeps between polls instead of blocking in MPI, whose blocking calls
@@ -26,7 +27,6 @@ busy-poll a core; `fast`'s own transfers wait the same way (fast/runtime/mpi.py)
 """
 from __future__ import annotations
 
-import functools
 import sys
 import time
 import traceback
@@ -38,6 +38,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from conformance.compare import Mismatch, binding_text, compare
 from conformance.directed import directed_programs
 from conformance.driver import Outcome, replay
 from conformance.profiles import GenConfig
@@ -110,16 +111,17 @@ def _disk_moved(root_dir: str | None, my_dir: str | None) -> Callable[[str], str
 
 # ---------------------------------------------------------------- the candidate and messages
 
-class GatheringFast(ModuleType):
-    """`fast` whose `to_numpy` is `fast.mpi.gather(buffer, 0)`: the values on rank 0, None elsewhere.
-    Named `fast`, so the driver finds `fast.config` and the compile counter through it."""
+class GatheredFast(ModuleType):
+    """`fast` whose `to_numpy` is `fast.mpi.allgather`: every rank gets the values (a rank holding a
+    replica of an unsharded buffer reads its own). Named `fast`, so the driver finds `fast.config` and
+    the compile counter through it."""
 
     def __init__(self) -> None:
         super().__init__("fast")
         import fast
         import fast.mpi
         self._fast = fast
-        self.to_numpy = functools.partial(fast.mpi.gather, root=0)
+        self.to_numpy = fast.mpi.allgather
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fast, name)
@@ -165,6 +167,20 @@ def errors(outcomes: list[Outcome]) -> list[ErrorKey]:
     return [None if o.error is None else (o.error.kind, o.error.step, o.error.message) for o in outcomes]
 
 
+def rank_mismatches(program: Program, rank: int, wanted: list[Outcome], theirs: list[Outcome],
+                    known: list[Mismatch]) -> list[Mismatch]:
+    """Rank `rank`'s disagreements with reference (its outcome per binding against `wanted`), by the
+    runner's rules, except those whose signature is already `known`; each detail names the rank."""
+    signatures, out = {m.signature for m in known}, []
+    for run, (want, got) in enumerate(zip(wanted, theirs, strict=True)):
+        where = f"on rank {rank}" + (f", binding {binding_text(program, run)}" if program.variables else "")
+        for mismatch in compare(program.instantiate(run), want, got):
+            if mismatch.signature not in signatures:
+                signatures.add(mismatch.signature)
+                out.append(Mismatch(mismatch.signature, f"{where}: {mismatch.detail}"))
+    return out
+
+
 def _same(a: list[ErrorKey], b: list[ErrorKey]) -> bool:
     return [e and e[:2] for e in a] == [e and e[:2] for e in b]
 
@@ -190,23 +206,25 @@ class Coordinator(Worker):
                  report: Callable[[int, int], None] | None = None) -> None:
         super().__init__(cfg, "fast", shrink_seconds, deadline, report)
         self.comm = comm
-        self.candidate = GatheringFast()
+        self.candidate = GatheredFast()
         self.last_steps_run = 0
 
     def check(self, program: Program) -> Checked:
         others = range(1, self.comm.Get_size())
         for rank in others:
             _send(self.comm, program, rank, TAG_PROGRAM)
-        outcomes: list[Outcome] = []
+        pairs: list[tuple[Outcome, Outcome]] = []
         with _alarm(PROGRAM_SECONDS):
-            checked = check(program, self.expected, self.candidate, outcomes)
+            checked = check(program, self.expected, self.candidate, pairs)
         self.last_steps_run = checked.steps_run
-        mine = errors(outcomes)
+        mine = errors([got for _, got in pairs])
+        found = list(checked.mismatches)
         for rank in others:
             arrived, theirs = _receive(self.comm, rank, TAG_REPORT, REPORT_SECONDS)
-            if not arrived or not _same(mine, theirs):
-                self.diverged(program, mine, rank, theirs if arrived else None)
-        return checked
+            if not arrived or not _same(mine, errors(theirs)):
+                self.diverged(program, mine, rank, errors(theirs) if arrived else None)
+            found += rank_mismatches(program, rank, [want for want, _ in pairs], theirs, found)
+        return replace(checked, mismatches=found)
 
     def record(self, program: Program) -> list[Any]:
         found = super().record(program)
@@ -230,17 +248,27 @@ class Coordinator(Worker):
 
 def serve(comm: Any, disk_dir: str | None) -> None:
     """Any rank but 0: replay on `fast` each program rank 0 sends (DISK paths moved to `disk_dir`)
-    and report its errors, until rank 0 sends None."""
+    and send rank 0 the outcomes (values included), until rank 0 sends None."""
     _, setup = _receive(comm, 0, TAG_PROGRAM)
-    moved = _disk_moved(setup["disk_dir"], disk_dir)
-    candidate = GatheringFast()
+    moved, back = _disk_moved(setup["disk_dir"], disk_dir), _disk_moved(disk_dir, setup["disk_dir"])
+    candidate = GatheredFast()
     while True:
         _, program = _receive(comm, 0, TAG_PROGRAM)
         if program is None:
             return
         program = rename_devices(program, moved)
         outcomes = [replay(candidate, program, run=run) for run in range(program.runs)]
-        _send(comm, errors(outcomes), 0, TAG_REPORT)
+        for outcome in outcomes:  # the devices recorded as rank 0 names them
+            outcome.shapes = {index: (shape, dtype, _rename_recorded(device, back))
+                              for index, (shape, dtype, device) in outcome.shapes.items()}
+        _send(comm, outcomes, 0, TAG_REPORT)
+
+
+def _rename_recorded(device: object, name: Callable[[str], str]) -> object:
+    """A recorded device property (a name, or a tuple of names for a multi buffer) renamed."""
+    if isinstance(device, tuple):
+        return tuple(name(d) for d in device)
+    return name(device) if isinstance(device, str) else device
 
 
 def coordinate(comm: Any, cfg: GenConfig, examples: int, seed: int, shrink_seconds: float, time_limit: float,

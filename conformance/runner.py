@@ -75,11 +75,11 @@ class Checked:
 
 
 def check(program: Program, expected: ModuleType, candidate: ModuleType,
-          outcomes: list[Outcome] | None = None) -> Checked:
+          outcomes: list[tuple[Outcome, Outcome]] | None = None) -> Checked:
     """Replay on both packages and compare (a symbolic program once per binding, checking that the
     candidate's later bindings build no kernel); a crash of the suite itself is a mismatch too.
-    `steps_run` counts the first binding's steps. The candidate's outcomes are appended to
-    `outcomes` when given (the MPI driver compares them with other ranks')."""
+    `steps_run` counts the first binding's steps. Each binding's (expected, candidate) outcomes are
+    appended to `outcomes` when given (the MPI driver compares other ranks' outcomes with them)."""
     try:
         mismatches: list[Mismatch] = []
         first: Outcome | None = None
@@ -87,7 +87,7 @@ def check(program: Program, expected: ModuleType, candidate: ModuleType,
             want = replay(expected, program, tolerances=True, run=run)
             got = replay(candidate, program, run=run)
             if outcomes is not None:
-                outcomes.append(got)
+                outcomes.append((want, got))
             first = first or got
             found = compare(program.instantiate(run), want, got)
             found += [m for m in (compare_reuse(program, run, first, got),) if m is not None]
