@@ -48,6 +48,7 @@ from conformance.strategies import programs
 
 TAG_PROGRAM, TAG_REPORT = 71, 72  # on COMM_WORLD; fast's transfers use a private duplicate of it
 REPORT_SECONDS = 2 * PROGRAM_SECONDS + 120  # rank 0 waits this long for a rank's report on one program
+ABORT_PAUSE = 1.0  # seconds between a fatal message and MPI_Abort
 ErrorKey = tuple[str, int, str] | None  # (type name, step, message) of a replay's error, None without one
 
 
@@ -193,7 +194,16 @@ def abort_on_error(comm: Any) -> Iterator[None]:
     except Exception:  # noqa: BLE001 - any error on any rank must stop every rank
         print(f"conformance --mpi: rank {comm.Get_rank()} failed:\n{traceback.format_exc()}", file=sys.stderr,
               flush=True)
-        comm.Abort(1)
+        abort(comm)
+
+
+def abort(comm: Any) -> None:
+    """MPI_Abort the job, after a pause that lets mpiexec forward what this rank printed (an abort
+    kills every rank at once, and output still in transit would be lost)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(ABORT_PAUSE)
+    comm.Abort(1)
 
 
 # ---------------------------------------------------------------- rank 0 and the others
@@ -242,8 +252,7 @@ class Coordinator(Worker):
         print(f"conformance --mpi: FAILURE: the ranks disagree on what `fast` did (they left SPMD lockstep)\n"
               f"rank 0: {text(mine)}\nrank {rank}: {text(theirs)}\n--- snippet ---\n{snippet}\n---------------",
               flush=True)
-        sys.stderr.flush()
-        self.comm.Abort(1)
+        abort(self.comm)
 
 
 def serve(comm: Any, disk_dir: str | None) -> None:
