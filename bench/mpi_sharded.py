@@ -2,21 +2,28 @@
 sharded along axis 0 over `DEVICE@0` and `DEVICE@1`, two MPI ranks with THREADS=1 each, against
 `DEVICE` alone in one process with THREADS=1 (docs/mpi.md).
 
-The bench process times the single-process run itself (half of its repeats before the MPI job,
-half after, so drifting machine load hits both sides alike) and launches
-`mpiexec -n 2 python -m mpi4py -m bench.mpi_sharded ...` for the sharded run (`-m mpi4py`: an
-exception on either rank aborts the job instead of leaving the other waiting). In that job every rank makes the
-same inputs from the seed (bench.workloads.seeded_inputs), shards them (each rank keeps its own
-half), runs the graph once cold and then in rounds: rank 0 decides whether another round runs
-(budget and repeat limits, like bench.timing.repeat) and tells rank 1, both pass a barrier, and
-each times `build + realize` (its kernels, then the all-reduce's transfers); a round's time is the
-slower rank's. The value is gathered to rank 0 and checked against numpy by the bench process.
+The bench process times the single-process run itself, half of its repeats before the MPI job and
+half after (so drifting machine load hits both sides alike), and launches
+`mpiexec -n 2 python -m mpi4py -m bench.mpi_sharded ...` (`-m mpi4py`: an exception on either rank
+aborts the job instead of leaving the other waiting). In that job every rank makes the same inputs
+from the seed (bench.workloads.seeded_inputs) and runs, once cold and then in rounds, two
+configurations one after the other: `ranks` (the inputs sharded over both ranks, each keeping its
+half) and `rank0` (the whole inputs on `DEVICE@0`: rank 0 computes alone, rank 1 only takes
+placeholders). Rank 0 decides whether another round runs (budget and repeat limits, like
+bench.timing.repeat) and tells rank 1; before each timed run both pass a barrier. A `ranks` round
+takes the slower rank's time (each rank times `build + realize`: its kernels, then the all-reduce's
+transfers); a `rank0` round takes rank 0's. The values are gathered to rank 0 and checked against
+numpy by the bench process.
+
+The row's `median_ms` is the two-rank time. `speedup_threads1` (target SPEEDUP_TARGET) divides the
+bench process's own single-process median by it; `speedup_interleaved` divides the `rank0` median,
+measured in the same rounds as the two-rank one, a cross-check that machine load drifting between
+the bench process's repeats and the MPI job does not decide the ratio.
 
 Waiting never spins: the barrier and the round's flag are non-blocking MPI calls polled with
 short sleeps (`polite`), and fast's transfers wait the same way (fast/runtime/mpi.py), so a rank
-that finishes first does not take the CPU from work still running (MPICH's blocking calls
-busy-poll). The row's `median_ms` is the 2-rank time; `single_threads1_ms` and the speedup
-(single / 2 ranks, target SPEEDUP_TARGET) are beside it.
+that finishes first, or the idle rank of `rank0`, does not take the CPU from work still running
+(MPICH's blocking calls busy-poll).
 """
 from __future__ import annotations
 
@@ -87,28 +94,28 @@ def run_mpi_sharded(workload: Workload, device: str, arrays: list[np.ndarray], r
     """The row's fast-side fields for `device` (see the module docstring)."""
     single = make_run(workload, realized_inputs(arrays, device), threads=1)
     cold_single, out = timed(single)
-    single_check = check_result(fast.to_numpy(out), reference, workload.rtol, workload.atol)
+    checks = [check_result(fast.to_numpy(out), reference, workload.rtol, workload.atol)]
     del out
     half = Budget(budget.seconds / 2, budget.min_repeats, max(1, budget.max_repeats // 2))
     single_times = repeat(single, half).times_s
     ranks = run_ranks(device, budget, seed, quick)
     single_times += repeat(single, half).times_s
-    value = np.asarray(ranks["value"], dtype=np.float32).reshape(ranks["out_shape"])
-    check = check_result(value, reference, workload.rtol, workload.atol)
-    single_ms = statistics.median(single_times) * 1e3
-    times = ranks["times_s"]
-    median_ms = statistics.median(times) * 1e3
+    checks += [check_result(np.asarray(ranks[f"{name}_value"], dtype=np.float32).reshape(ranks["out_shape"]),
+                            reference, workload.rtol, workload.atol) for name in ("rank0", "ranks")]
+    times, alone = ranks["ranks_s"], ranks["rank0_s"]
+    median_ms, single_ms = statistics.median(times) * 1e3, statistics.median(single_times) * 1e3
     return {"median_ms": median_ms, "min_ms": min(times) * 1e3, "max_ms": max(times) * 1e3, "repeats": len(times),
             "cold_ms": ranks["cold_s"] * 1e3, "cold_minus_warm_s": ranks["cold_s"] - median_ms / 1e3,
             "compile_s": max(0.0, ranks["cold_s"] - median_ms / 1e3), "compiles": ranks["compiles"],
             "warm_compiles": ranks["warm_compiles"], "kernels": ranks["kernels"],
-            "check": next((c for c in (check, single_check) if not c["ok"]), check),
+            "check": next((check for check in checks if not check["ok"]), checks[-1]),
             "out_shape": ranks["out_shape"], "ranks": RANKS, "sharded_devices": ranks["devices"],
             "rank_median_ms": ranks["rank_median_ms"], "single_threads1_ms": single_ms,
             "single_cold_ms": cold_single * 1e3, "single_repeats": len(single_times),
-            "speedup_threads1": single_ms / median_ms,
-            "speedup_threads1_best": min(single_times) / min(times), "speedup_threads1_target": SPEEDUP_TARGET,
-            "targets_met": single_ms / median_ms >= SPEEDUP_TARGET}
+            "rank0_alone_ms": statistics.median(alone) * 1e3, "speedup_threads1": single_ms / median_ms,
+            "speedup_threads1_best": min(single_times) / min(times),
+            "speedup_interleaved": statistics.median(alone) / statistics.median(times),
+            "speedup_threads1_target": SPEEDUP_TARGET, "targets_met": single_ms / median_ms >= SPEEDUP_TARGET}
 
 
 # ---------------------------------------------------------------- the MPI job
@@ -121,51 +128,60 @@ def polite(request: Any, longest: float) -> None:
         pause = min(pause * 2, longest)
 
 
-def rounds(comm: Any, run: Any, budget: Budget) -> list[float]:
-    """Warm repeats of `run` on every rank in step: rank 0 decides each round from its own times."""
-    times: list[float] = []
+def rounds(comm: Any, runs: dict[str, Any], budget: Budget) -> dict[str, list[float]]:
+    """Warm repeats of every run, one of each per round, on every rank in step: rank 0 decides each
+    round from its own times (until each run spent the budget, within the repeat limits)."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     go = np.zeros(1, dtype=np.int8)
     while True:
-        spent = sum(times)
-        go[0] = len(times) < budget.max_repeats and (len(times) < budget.min_repeats or spent < budget.seconds)
+        done = len(next(iter(times.values())))
+        go[0] = done < budget.max_repeats and (done < budget.min_repeats or
+                                               any(sum(t) < budget.seconds for t in times.values()))
         polite(comm.Ibcast(go, root=0), 1e-3)
         if not go[0]:
             return times
-        gc.collect()
-        polite(comm.Ibarrier(), 2e-5)  # short sleeps: the ranks start each round within tens of µs
-        elapsed, result = timed(run)
-        del result
-        times.append(elapsed)
+        for name, run in runs.items():
+            gc.collect()
+            polite(comm.Ibarrier(), 2e-5)  # short sleeps: the ranks start each run within tens of µs
+            elapsed, result = timed(run)
+            del result
+            times[name].append(elapsed)
 
 
 def job(args: argparse.Namespace) -> dict[str, Any] | None:
-    """One rank's part: inputs, shards, the cold run, the rounds; the results on rank 0, None elsewhere."""
+    """One rank's part: inputs, both configurations cold (values gathered), probe, rounds; the results
+    on rank 0, None elsewhere."""
     from mpi4py import MPI
 
     import fast.mpi
     comm = MPI.COMM_WORLD
     workload = by_name("mpi_sharded")[0]
-    devices = tuple(f"{fast.Device.canonicalize(args.device)}@{rank}" for rank in range(comm.Get_size()))
-    inputs = sharded_inputs([fast.from_numpy(array, args.device) for array in
-                             seeded_inputs(workload, args.seed, args.quick)], devices)
-    run = make_run(workload, inputs, threads=0)  # THREADS=1 comes from the environment
+    device = fast.Device.canonicalize(args.device)
+    devices = tuple(f"{device}@{rank}" for rank in range(comm.Get_size()))
+    arrays = seeded_inputs(workload, args.seed, args.quick)
+    inputs: dict[str, list[Any]] = {
+        "ranks": sharded_inputs([fast.from_numpy(array, device) for array in arrays], devices),
+        "rank0": realized_inputs(arrays, devices[0])}
+    runs = {name: make_run(workload, inputs[name], threads=0) for name in ("ranks", "rank0")}  # THREADS=1: env
     before = compiles_so_far()
-    cold_s, out = timed(run)
+    cold_s, out = timed(runs["ranks"])
     compiles = compiles_so_far() - before
-    value = fast.mpi.gather(out, 0)
+    values = {"ranks": fast.mpi.gather(out, 0), "rank0": fast.mpi.gather(runs["rank0"](), 0)}
     del out
-    kernels = probe(workload, inputs)
+    kernels = probe(workload, inputs["ranks"])
     before = compiles_so_far()
-    times = rounds(comm, run, Budget(args.budget, args.min_repeats, args.max_repeats))
+    times = rounds(comm, runs, Budget(args.budget, args.min_repeats, args.max_repeats))
     polite(comm.Ibarrier(), 1e-3)
-    every = comm.gather((times, cold_s, compiles, compiles_so_far() - before), root=0)
-    if comm.Get_rank() != 0 or value is None or every is None:
+    every = comm.gather((times, cold_s, compiles_so_far() - before), root=0)
+    if comm.Get_rank() != 0 or every is None:
         return None
-    slowest = [max(per_rank) for per_rank in zip(*(t for t, *_ in every), strict=True)]
-    return {"times_s": slowest, "cold_s": max(c for _, c, *_ in every), "compiles": compiles,
-            "warm_compiles": max(w for *_, w in every), "kernels": kernels, "devices": list(devices),
-            "rank_median_ms": [statistics.median(t) * 1e3 for t, *_ in every], "value": value.reshape(-1).tolist(),
-            "out_shape": list(value.shape), "threads": fast.config.get().threads}
+    rank_times = [t["ranks"] for t, *_ in every]
+    found = {name: np.asarray(value) for name, value in values.items()}  # (rank 0 holds both values)
+    return {"ranks_s": [max(per_rank) for per_rank in zip(*rank_times, strict=True)], "rank0_s": times["rank0"],
+            "cold_s": max(c for _, c, _ in every), "compiles": compiles, "warm_compiles": max(w for *_, w in every),
+            "kernels": kernels, "devices": list(devices), "out_shape": list(found["ranks"].shape),
+            "rank_median_ms": [statistics.median(t) * 1e3 for t in rank_times],
+            **{f"{name}_value": value.reshape(-1).tolist() for name, value in found.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

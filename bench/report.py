@@ -166,7 +166,9 @@ def mpi_sharded_line(row: dict[str, Any]) -> str:
             f"ranks' own medians {ranks}) vs {row['device']} alone in one process, THREADS=1: "
             f"{fmt(row['median_ms'])} ms vs {fmt(row['single_threads1_ms'])} ms, speedup "
             f"{fmt(row['speedup_threads1'])}x (target >= {fmt(row['speedup_threads1_target'])}x); best repeats "
-            f"{fmt(row['speedup_threads1_best'])}x{'' if row['targets_met'] else ' -- TARGET NOT MET'}")
+            f"{fmt(row['speedup_threads1_best'])}x; against rank 0 alone in the same rounds "
+            f"{fmt(row['rank0_alone_ms'])} ms, {fmt(row['speedup_interleaved'])}x"
+            f"{'' if row['targets_met'] else ' -- TARGET NOT MET'}")
 
 
 def markdown(result: dict[str, Any]) -> str:
