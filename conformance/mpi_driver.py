@@ -15,8 +15,9 @@ kinds interleaved, so the shards of one buffer sit on several ranks and kinds (w
 `CLANG@0`, `LLVM:1@1`, `CLANG:2@2`); the fourth device of a kind stays local to every rank (no
 `@`), and DISK files stay local too (each rank has its own directory: other ranks rewrite the path).
 
-Lockstep check: the errors (type and step) of every rank's replays must be rank 0's. A rank that
-raised elsewhere, or sent nothing within `REPORT_SECONDS`, has left SPMD lockstep (its transfers no
+Lockstep check: the errors (type and step) of every rank's replays must be rank 0's, and no transfer
+may have timed out. A rank that raised elsewhere, or sent nothing within `REPORT_SECONDS`, has left
+SPMD lockstep (its transfers no
 longer match anyone's): rank 0 prints each side's errors and the program and aborts the job
 (`MPI_Abort`, non-zero exit, no hang). An uncaught exception on any rank aborts it too.
 
@@ -182,7 +183,15 @@ def rank_mismatches(program: Program, rank: int, wanted: list[Outcome], theirs: 
     return out
 
 
+TIMED_OUT = "did not complete within MPI_TIMEOUT"  # fast.runtime.mpi's message for a transfer nobody matched
+
+
 def _same(a: list[ErrorKey], b: list[ErrorKey]) -> bool:
+    """Whether two ranks stayed in lockstep: the same error type at the same step in each replay, and
+    no transfer timed out (two ranks can both raise RuntimeError at one step for different reasons:
+    one for the program, the other waiting for a transfer the first never made)."""
+    if any(e is not None and TIMED_OUT in e[2] for e in (*a, *b)):
+        return False
     return [e and e[:2] for e in a] == [e and e[:2] for e in b]
 
 
