@@ -104,6 +104,14 @@ def test_an_mpi_run_without_bugs_agrees(tmp_path: Path) -> None:
     assert "No disagreements." in done.stdout
 
 
+def test_reading_a_view_on_its_owner_keeps_the_ranks_in_lockstep(tmp_path: Path) -> None:
+    """The regression of test_reading_a_view_does_not_realize_the_programs_contiguous_of_it, under MPI:
+    only rank 1 reads the view (it owns it); every rank must still raise the same stale-read error."""
+    done, _ = _planted("readback", tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "No disagreements." in done.stdout and "left SPMD lockstep" not in done.stdout
+
+
 def test_a_value_wrong_on_one_rank_is_a_failure_named_by_rank(tmp_path: Path) -> None:
     done, _ = _planted("values", tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]

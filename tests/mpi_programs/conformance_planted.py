@@ -7,6 +7,10 @@ Run as `MPI_TIMEOUT=5 mpiexec -n 2 python conformance_planted.py MODE [conforman
 - `diverge`: rank 1 raises in a sharded elementwise op that rank 0 runs: the ranks leave lockstep;
   the job must abort with the driver's message (not hang).
 - `crash`: rank 1 fails outside any replay (receiving the first program): the job must abort.
+- `readback`: nothing planted; the program reads a view of rank 1's buffer, then uses the
+  contiguous() of that view after an assign: every rank must raise the same RuntimeError (before
+  the fix in fast/engine/readback.py only rank 1 had realized it while reading, and the ranks left
+  lockstep; tests/conformance/test_conf_regressions.py).
 """
 import sys
 
@@ -16,7 +20,20 @@ import conformance.mpi_driver as driver
 import fast
 import fast.mpi
 from conformance.__main__ import main
-from conformance.program import ArrayData, Elementwise, Fetch, Leaf, Program, Reduce, Shard
+from conformance.program import (
+    ArrayData,
+    Assign,
+    Contiguous,
+    Copy,
+    Elementwise,
+    Fetch,
+    Leaf,
+    Movement,
+    Program,
+    Realize,
+    Reduce,
+    Shard,
+)
 
 MODE = sys.argv[1]
 
@@ -26,6 +43,13 @@ def fixed_programs(cfg: object) -> list[Program]:
     total = (data, Shard(0, ("CLANG", "CLANG:1"), 0), Elementwise("MUL", (1, 1)), Reduce(2, "SUM", (0,)), Fetch(3))
     rows = (data, Shard(0, ("CLANG", "CLANG:1", "CLANG:2"), 1), Elementwise("ADD", (1, 1)), Fetch(2))
     return [Program(total), Program(rows)]
+
+
+def readback_program(cfg: object) -> list[Program]:
+    data, other = ArrayData("int32", (2, 3), tuple(range(6))), ArrayData("int32", (2, 3), tuple(range(6, 12)))
+    return [Program((Leaf(data, "CLANG:1"), Movement(0, "permute", (1, 0)), Contiguous(1), Fetch(1),
+                     Leaf(other, "CLANG:1"), Assign(0, 4), Realize((5,)), Copy(2, "CLANG"), Fetch(7)),
+                    expect="RuntimeError")]
 
 
 def wrong_first_float(buffer: object) -> np.ndarray:
@@ -43,7 +67,7 @@ def fail_to_rename(*args: object, **kwargs: object) -> object:
     raise RuntimeError("planted: rank 1 crashes outside a replay")
 
 
-driver.directed_programs = fixed_programs
+driver.directed_programs = readback_program if MODE == "readback" else fixed_programs
 original_allgather = fast.mpi.allgather
 if fast.mpi.rank() == 1:
     if MODE == "values":
