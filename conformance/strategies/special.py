@@ -50,6 +50,7 @@ def _stale_reader(b: Builder, target: int) -> int:
     view = b.add(Movement(target, "stride", tuple(-1 if i == axis else 1 for i in range(len(info.shape)))))
     stale = b.add(Contiguous(view))
     b.add(Fetch(view))
+    b.retire(view)  # built before the assign too: nothing may read it after
     return stale
 
 
