@@ -99,6 +99,9 @@ def report(result: RunResult, header: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.mpi and (missing := _mpi_missing()):
+        print(f"python -m conformance: {missing}", file=sys.stderr)
+        return 2
     profile = PROFILES[args.profile]
     named = [k.strip().partition("=") for k in args.devices.split(",") if k.strip()]
     kinds = tuple(kind for kind, _, _ in named)
@@ -130,6 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     if result.failures or any(not result.coverage.get(f"cuda:{arch}") for arch in archs):
         return 1
     return 2 if args.require_coverage and coverage.missing(result.coverage) else 0
+
+
+def _mpi_missing() -> str | None:
+    """Why --mpi cannot run here (mpi4py is not installed), or None."""
+    from conformance import mpi_driver
+    try:
+        mpi_driver.world()
+    except ImportError as error:
+        return str(error)
+    return None
 
 
 def _run(args: argparse.Namespace, gen: GenConfig, examples: int, limit: float, shrink: float) -> RunResult | None:
