@@ -27,9 +27,11 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def check_text(row: dict[str, Any]) -> str:
-    """ok, FAIL (with the reason or the error), or n/a."""
+    """ok, FAIL (with the reason or the error), skipped (mpi_sharded without MPI), or n/a."""
     if row.get("error"):
         return "ERROR"
+    if row.get("skipped"):
+        return "skipped"
     check = row.get("check")
     if not check:
         return "n/a"
@@ -90,7 +92,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 def detail_lines(result: dict[str, Any]) -> list[str]:
     """What the table has no column for: graph_build's µs per node, const_realizes' compiles and memory
-    growth, sharded's speedups, safetensors_read's bytes read and full-read time, and every failure."""
+    growth, sharded's and mpi_sharded's speedups, safetensors_read's bytes read and full-read time, and
+    every failure."""
     lines, ceiling = [], result.get("read_ceiling") or {}
     for row in result["results"]:
         if row["workload"] == "graph_build" and "build_us_per_node" in row:
@@ -107,10 +110,14 @@ def detail_lines(result: dict[str, Any]) -> list[str]:
                          f"a 3-op graph realized again: {fmt(row.get('repeat_realize_us', float('nan')))} µs")
         if row["workload"] == "sharded" and "speedup_threads1" in row:
             lines.append(sharded_line(row))
+        if row["workload"] == "mpi_sharded" and "speedup_threads1" in row:
+            lines.append(mpi_sharded_line(row))
         if row["workload"] == "safetensors_read" and "full_ms" in row:
             lines.append(safetensors_line(row))
         if row["workload"] in READ_WORKLOADS and "median_ms" in row and "all_cores_ms" in ceiling:
             lines.append(reduction_line(row, ceiling))
+    lines += [f"{row['workload']} on {row['device']}: {row['skipped']}" for row in result["results"]
+              if row.get("skipped")]
     return lines + [f"FAILED: {line}" for line in result.get("failures", [])]
 
 
@@ -150,6 +157,18 @@ def sharded_line(row: dict[str, Any]) -> str:
             f"{fmt(row['single_ms'])} ms, speedup {fmt(row['speedup_default'])}x (target >= "
             f"{fmt(row['speedup_default_floor'])}x); best repeats {fmt(row['speedup_threads1_best'])}x and "
             f"{fmt(row['speedup_default_best'])}x{'' if row['targets_met'] else ' -- TARGETS NOT MET'}")
+
+
+def mpi_sharded_line(row: dict[str, Any]) -> str:
+    """The MPI workload's speedup: one process's time / two ranks' time, with the issue's target."""
+    ranks = " and ".join(f"{fmt(ms)} ms" for ms in row["rank_median_ms"])
+    return (f"mpi_sharded on {','.join(row['sharded_devices'])} ({row['ranks']} MPI ranks, THREADS=1 each; the "
+            f"ranks' own medians {ranks}) vs {row['device']} alone in one process, THREADS=1: "
+            f"{fmt(row['median_ms'])} ms vs {fmt(row['single_threads1_ms'])} ms, speedup "
+            f"{fmt(row['speedup_threads1'])}x (target >= {fmt(row['speedup_threads1_target'])}x); best repeats "
+            f"{fmt(row['speedup_threads1_best'])}x; against rank 0 alone in the same rounds "
+            f"{fmt(row['rank0_alone_ms'])} ms, {fmt(row['speedup_interleaved'])}x"
+            f"{'' if row['targets_met'] else ' -- TARGET NOT MET'}")
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import traceback
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,12 +16,14 @@ import numpy as np
 
 from bench.const_realizes import REALIZES, REALIZES_QUICK, run_const_realizes
 from bench.graph_build import run_graph_build
+from bench.mpi_sharded import run_mpi_sharded
+from bench.mpi_sharded import unavailable as mpi_unavailable
 from bench.peers import ArrayOps
 from bench.runner import check_result, run_fast, run_peer, throughput
 from bench.safetensors_read import FILE_BYTES, FILE_BYTES_QUICK, run_safetensors_read
 from bench.sharded import run_sharded
 from bench.timing import Budget
-from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload
+from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload, seeded_inputs
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,7 @@ class Plan:
 
 def make_arrays(workload: Workload, plan: Plan) -> list[np.ndarray]:
     """The workload's inputs, the same for every device and peer, reproducible from the seed."""
-    rng = np.random.default_rng([plan.seed, zlib.crc32(workload.name.encode())])
-    return workload.make_inputs(rng, plan.quick)
+    return seeded_inputs(workload, plan.seed, plan.quick)
 
 
 def error_text(error: BaseException) -> str:
@@ -84,12 +84,18 @@ def peer_fields(fast_ms: float | None, peers: dict[str, Any]) -> dict[str, Any]:
 
 def compute_row(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray,
                 peers: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """One (workload, device) row of a compute workload (a sharded one: bench/sharded.py)."""
+    """One (workload, device) row of a compute workload (sharded ones: bench/sharded.py, bench/mpi_sharded.py)."""
     row: dict[str, Any] = {"workload": workload.name, "device": device,
                            "inputs": [list(array.shape) for array in arrays]}
     try:
-        run = run_sharded if workload.kind == "sharded" else run_fast
-        row.update(run(workload, device, arrays, reference, plan.budget))
+        if workload.kind == "mpi_sharded" and mpi_unavailable():
+            row["skipped"] = f"no MPI run: {mpi_unavailable()}"
+            return row
+        if workload.kind == "mpi_sharded":
+            row.update(run_mpi_sharded(workload, device, arrays, reference, plan.budget, plan.seed, plan.quick))
+        else:
+            run = run_sharded if workload.kind == "sharded" else run_fast
+            row.update(run(workload, device, arrays, reference, plan.budget))
     except Exception as error:
         row["error"] = error_text(error)
         return row
@@ -135,6 +141,8 @@ def progress_line(row: dict[str, Any]) -> str:
     head = f"  {row['workload']:<12} {row['device']:<8}"
     if row.get("error"):
         return f"{head} ERROR {row['error']}"
+    if row.get("skipped"):
+        return f"{head} skipped: {row['skipped']}"
     check = row.get("check") or {}
     verdict = "ok" if check.get("ok") else f"CHECK FAILED {check}"
     numpy_ms = row.get("numpy_ms")

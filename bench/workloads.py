@@ -7,6 +7,7 @@ result does not cancel and a relative tolerance is meaningful.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,8 @@ class Workload:
     schedule only) or "const_realizes" (bench/const_realizes.py: compiles and memory when only a
     constant changes) or "safetensors_read" (bench/safetensors_read.py: one small tensor vs a full read
     out of a large file on DISK) or "sharded" (a compute workload timed sharded over two devices of each
-    device's kind against that device alone, bench/sharded.py). Memory-bound workloads report GB/s
+    device's kind against that device alone, bench/sharded.py) or "mpi_sharded" (the same over two MPI
+    ranks against one process, bench/mpi_sharded.py). Memory-bound workloads report GB/s
     (inputs read once + output written once); the others report GFLOP/s from `flops(inputs)`.
     """
 
@@ -147,6 +149,9 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("sharded", "(a*b+c).sum() of three 16M vectors sharded over DEVICE,DEVICE:1 (axis 0) vs DEVICE "
              "alone, THREADS=1 and default threads", _positive_vectors, graphs.mul_add_sum,
              lambda ops, a, b, c: ops.sum(a * b + c), rtol=1e-4, kind="sharded"),
+    Workload("mpi_sharded", "(a*b+c).sum() of three 16M vectors sharded over DEVICE@0,DEVICE@1 (two MPI ranks, "
+             "THREADS=1 each) vs DEVICE alone in one process, THREADS=1", _positive_vectors, graphs.mul_add_sum,
+             lambda ops, a, b, c: ops.sum(a * b + c), rtol=1e-4, kind="mpi_sharded"),
     Workload("graph_build", "build + schedule a 10,000-node elementwise graph", _graph_inputs, kind="graph_build"),
     Workload("const_realizes", "3,000 realizes of a + c_i on 256x256 float32, a new constant each time: "
              "kernels compiled, RSS growth, time per realize", _graph_inputs, kind="const_realizes"),
@@ -174,3 +179,10 @@ def by_name(names: str | None) -> list[Workload]:
 def element_count(shape: tuple[int, ...]) -> int:
     """Number of elements of a shape."""
     return math.prod(shape)
+
+
+def seeded_inputs(workload: Workload, seed: int, quick: bool) -> list[np.ndarray]:
+    """The workload's inputs, reproducible from the seed (and the same in every process: the MPI
+    ranks of bench/mpi_sharded.py make their own)."""
+    rng = np.random.default_rng([seed, zlib.crc32(workload.name.encode())])
+    return workload.make_inputs(rng, quick)

@@ -1,5 +1,5 @@
-"""Command line: `python -m conformance [--examples N] [--devices CLANG,...] [--seed S] [--profile ci|full]
-[--cuda-archs sm_80,sm_90]`.
+"""Command line: `python -m conformance [--examples N] [--devices CLANG,...] [--seed S] [--profile ci|full|mpi]
+[--cuda-archs sm_80,sm_90] [--mpi]` (with --mpi, under mpiexec: conformance/mpi_driver.py).
 
 Prints progress on stderr (a tqdm bar in a terminal; plain lines every 30 s in a pipe or a CI log), then
 the coverage table, then every distinct failure with a runnable snippet (ending in the line that runs
@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from conformance import coverage, cuda_compile
 from conformance.directed import directed_programs
-from conformance.profiles import PROFILES
+from conformance.profiles import PROFILES, GenConfig
 from conformance.runner import RunResult, run
 
 
@@ -41,6 +41,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cuda-archs", default="",
                         help="compile-only CUDA: also compile every kernel with NVRTC for these architectures "
                              "(e.g. sm_80,sm_90; no GPU needed; conformance/cuda_compile.py)")
+    parser.add_argument("--mpi", action="store_true",
+                        help="run under mpiexec (e.g. mpiexec -n 3 python -m conformance --mpi --profile mpi): "
+                             "devices spread over the ranks, rank 0 generates, compares and reports "
+                             "(conformance/mpi_driver.py; --jobs is ignored)")
     return parser.parse_args(argv)
 
 
@@ -95,6 +99,9 @@ def report(result: RunResult, header: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.mpi and (missing := _mpi_missing()):
+        print(f"python -m conformance: {missing}", file=sys.stderr)
+        return 2
     profile = PROFILES[args.profile]
     named = [k.strip().partition("=") for k in args.devices.split(",") if k.strip()]
     kinds = tuple(kind for kind, _, _ in named)
@@ -104,27 +111,60 @@ def main(argv: list[str] | None = None) -> int:
     archs = tuple(a.strip() for a in args.cuda_archs.split(",") if a.strip())
     gen = replace(profile.gen, kinds=compute or ("CLANG",), max_devices=max(2, min(4, args.max_devices)),
                   disk_dir=disk_dir, cuda_archs=archs, kind_limits=limits)
-    examples = profile.examples if args.examples is None else args.examples
-    limit = profile.time_limit if args.time_limit is None else args.time_limit
-    start = time.time()
-    progress = Progress(examples + len(directed_programs(gen)))
     try:
-        result = run(gen, args.candidate, examples, max(1, args.jobs), args.seed, profile.shrink_seconds, limit,
-                     progress)
-        progress(result.examples, len(result.failures))
+        result = _run(args, gen, profile.examples if args.examples is None else args.examples,
+                      profile.time_limit if args.time_limit is None else args.time_limit, profile.shrink_seconds)
     finally:
-        progress.close()
         if disk_dir is not None:
             shutil.rmtree(disk_dir, ignore_errors=True)
-    result.seconds = time.time() - start
+    if result is None:  # an MPI rank other than 0: rank 0 reports
+        return 0
     header = (f"conformance: reference vs {args.candidate}, profile {profile.name}, devices {','.join(kinds)}, "
               f"seed {args.seed}, {args.jobs} jobs")
-    print(report(result, header))
+    if args.mpi:
+        from conformance import mpi_driver
+        ranks = mpi_driver.world().Get_size()
+        header = (f"conformance under MPI: reference vs fast, {ranks} ranks, profile {profile.name}, seed {args.seed}, "
+                  f"{result.coverage['feature:sharded-program']} programs sharded; devices "
+                  f"{mpi_driver.describe(gen, ranks)}{', DISK local' if disk_dir else ''}")
+    print(report(result, header), flush=True)
     if archs:
         print(cuda_compile.summary(result.coverage, archs))
     if result.failures or any(not result.coverage.get(f"cuda:{arch}") for arch in archs):
         return 1
     return 2 if args.require_coverage and coverage.missing(result.coverage) else 0
+
+
+def _mpi_missing() -> str | None:
+    """Why --mpi cannot run here (mpi4py is not installed), or None."""
+    from conformance import mpi_driver
+    try:
+        mpi_driver.world()
+    except ImportError as error:
+        return str(error)
+    return None
+
+
+def _run(args: argparse.Namespace, gen: GenConfig, examples: int, limit: float, shrink: float) -> RunResult | None:
+    """Run the suite (over worker processes, or under MPI with --mpi); None on MPI ranks other than 0."""
+    if args.mpi:
+        from conformance import mpi_driver
+        if mpi_driver.world().Get_rank() != 0:
+            return mpi_driver.run(gen, examples, args.seed, shrink, limit)
+    start = time.time()
+    progress = Progress(examples + len(directed_programs(gen)))
+    try:
+        if args.mpi:
+            result = mpi_driver.run(gen, examples, args.seed, shrink, limit, progress)
+        else:
+            result = run(gen, args.candidate, examples, max(1, args.jobs), args.seed, shrink, limit, progress)
+        if result is not None:
+            progress(result.examples, len(result.failures))
+    finally:
+        progress.close()
+    if result is not None:
+        result.seconds = time.time() - start
+    return result
 
 
 if __name__ == "__main__":

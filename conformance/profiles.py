@@ -1,9 +1,11 @@
 """Generation settings and the named profiles of the command line.
 
 `ci` is sized to finish within about five minutes on two cores against `fast`; `full` runs 20,000
-examples, meant for about an hour on two cores. Device kinds are parameters: every strategy names
-devices through `GenConfig.single_devices()` and `GenConfig.shard_devices(n)`, so a new kind joins
-by name (`--devices CLANG,LLVM`).
+examples, meant for about an hour on two cores; `mpi` is the slice run under mpiexec
+(conformance/mpi_driver.py): sharded programs (besides the rare symbolic ones), about two minutes
+for 400 (over 300 of them sharded) on three ranks sharing two cores. Device kinds are parameters:
+every strategy names devices through `GenConfig.single_devices()` and `GenConfig.shard_devices(n)`,
+so a new kind joins by name (`--devices CLANG,LLVM`).
 """
 from __future__ import annotations
 
@@ -59,6 +61,8 @@ class Profile:
 
 PROFILES = {
     "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6), shrink_seconds=15.0, time_limit=200.0),
+    "mpi": Profile("mpi", examples=400, gen=GenConfig(max_ops=6, p_multi=1.0, p_symbolic=0.03),
+                   shrink_seconds=15.0, time_limit=150.0),
     "full": Profile("full", examples=20_000, gen=GenConfig(max_ops=8, p_big=0.02, p_ring_big=0.002),
                     shrink_seconds=60.0, time_limit=3300.0),
 }

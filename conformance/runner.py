@@ -74,16 +74,20 @@ class Checked:
     tolerance_failures: int
 
 
-def check(program: Program, expected: ModuleType, candidate: ModuleType) -> Checked:
+def check(program: Program, expected: ModuleType, candidate: ModuleType,
+          outcomes: list[tuple[Outcome, Outcome]] | None = None) -> Checked:
     """Replay on both packages and compare (a symbolic program once per binding, checking that the
     candidate's later bindings build no kernel); a crash of the suite itself is a mismatch too.
-    `steps_run` counts the first binding's steps."""
+    `steps_run` counts the first binding's steps. Each binding's (expected, candidate) outcomes are
+    appended to `outcomes` when given (the MPI driver compares other ranks' outcomes with them)."""
     try:
         mismatches: list[Mismatch] = []
         first: Outcome | None = None
         for run in range(program.runs):
             want = replay(expected, program, tolerances=True, run=run)
             got = replay(candidate, program, run=run)
+            if outcomes is not None:
+                outcomes.append((want, got))
             first = first or got
             found = compare(program.instantiate(run), want, got)
             found += [m for m in (compare_reuse(program, run, first, got),) if m is not None]

@@ -15,6 +15,7 @@ from conformance.program import (
     ConstLike,
     Contiguous,
     Elementwise,
+    Fetch,
     LoadConst,
     LoadEmpty,
     Movement,
@@ -35,6 +36,22 @@ def _reader(b: Builder, target: int) -> int:
     other = b.fresh_like(info)
     assert other is not None
     return b.add(Elementwise(b.choose(("ADD", "MAX")), (target, other)))
+
+
+def _stale_reader(b: Builder, target: int) -> int:
+    """A reader of `target` built before its assign: `target OP fresh`, or (sometimes) the contiguous()
+    of a flipped view of it, with the view fetched before the assign: reading the view must not
+    realize that contiguous() (SPEC §4: it stays built before the assign)."""
+    info = b.info(target)
+    flippable = [axis for axis, size in enumerate(info.shape) if size > 1]
+    if info.layout is not None or info.disk or not flippable or not b.chance(0.3):
+        return _reader(b, target)
+    axis = b.choose(flippable)
+    view = b.add(Movement(target, "stride", tuple(-1 if i == axis else 1 for i in range(len(info.shape)))))
+    stale = b.add(Contiguous(view))
+    b.add(Fetch(view))
+    b.retire(view)  # built before the assign too: nothing may read it after
+    return stale
 
 
 def _target(b: Builder, info: Info) -> int | None:
@@ -79,7 +96,7 @@ def act_assign(b: Builder) -> str | bool:
         value = b.fresh_like(b.info(target))
     assert value is not None
     # a zero-size target holds no values: assigning into it writes nothing, so nothing goes stale
-    stale = _reader(b, target) if readable and 0 not in b.info(target).shape and b.chance(0.25) else None
+    stale = _stale_reader(b, target) if readable and 0 not in b.info(target).shape and b.chance(0.25) else None
     assigned = b.add(Assign(target, value))
     b.add(Realize((assigned,) if early is None or early_done else (assigned, early)))
     for index in (target, value, stale):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fast import config
 from fast.device import Buffer
 from fast.engine import fusion
 from fast.engine.items import to_public
@@ -21,12 +22,16 @@ from fast.shape.symbolic import Node
 
 
 def _readable_on_host(lb: LazyBuffer) -> LazyBuffer:
-    """A lazy buffer holding lb's values contiguously in a Buffer of its own."""
+    """A lazy buffer holding lb's values contiguously in a Buffer of its own: a node of the read's own,
+    built with the weak node cache off. Through the cache, `lb.contiguous()` would be the program's
+    own node when it holds one, and reading would realize that node (on the reading rank only, under
+    MPI), so it would no longer count as built before a later assign (SPEC §4)."""
     if lb.realized is not None and fusion.is_identity_view(lb, lb.base):
         return lb
-    if lb.device.startswith("DISK:") and not lb.st.consecutive:
-        return lb.copy_to_device("CLANG").contiguous()
-    return lb.contiguous()
+    with config.override(lazycache=False):
+        if lb.device.startswith("DISK:") and not lb.st.consecutive:
+            return lb.copy_to_device("CLANG").contiguous()
+        return lb.contiguous()
 
 
 def to_numpy(buffer: Any) -> np.ndarray:

@@ -191,3 +191,21 @@ def test_shrink_reshape_and_pad_check_the_values_of_bound_variables() -> None:
                    expect="ValueError", variables=(var,), bindings=((8,), (9,))))
     _agree(Program((Leaf(ArrayData("int8", (9, 2), seed=2), "CLANG"), Movement(0, "shrink", ((0, var), (0, 2))),
                     Movement(1, "reshape", (var, 2, 2))), expect="ValueError", variables=(var,), bindings=((8,), (7,))))
+
+
+def test_reading_a_view_does_not_realize_the_programs_contiguous_of_it() -> None:
+    """Found (issue 14, conformance under MPI): fast's to_numpy(v) of a non-consecutive view read it
+    through v.contiguous(), which the weak node cache answered with the program's own contiguous()
+    of v, and realized that. Realized, it no longer counted as built before a later assign (SPEC §4:
+    realizing it after the assign raises RuntimeError), so fast read the old values where reference
+    raised; under MPI only the rank owning v realized it, and the ranks left lockstep (one raised,
+    the other waited on a transfer). Fixed in fast: the readback builds a node of its own."""
+    fast = _package("fast")
+    parent = fast.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3), "CLANG")
+    view = parent.permute((1, 0))
+    held = view.contiguous()
+    assert fast.to_numpy(view).tolist() == [[0, 3], [1, 4], [2, 5]] and not held.is_realized()
+    data, other = ArrayData("int32", (2, 3), tuple(range(6))), ArrayData("int32", (2, 3), tuple(range(6, 12)))
+    for move in (("permute", (1, 0)), ("stride", (1, -1))):
+        _agree(Program((Leaf(data, "CLANG:1"), Movement(0, *move), Contiguous(1), Fetch(1), Leaf(other, "CLANG:1"),
+                        Assign(0, 4), Realize((5,)), Copy(2, "CLANG"), Fetch(7)), expect="RuntimeError"))
