@@ -4,7 +4,6 @@ are renamed, and whole runs under `mpiexec -n 2` with a bug planted on rank 1
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_launch import mpiexec
 
 import fast
 import reference
@@ -67,7 +67,7 @@ def test_rank_names_replay_alike_in_one_process_for_rank_zero(monkeypatch: pytes
     assert np.allclose(want.fetched[0].array, got.fetched[0].array, rtol=1e-6)
 
 
-def test_failure_snippets_gather_fast_values_under_mpiexec() -> None:
+def test_failure_snippets_gather_fast_values_undermpiexec() -> None:
     program = Program((Leaf(ArrayData("int32", (2,), (1, 2)), "CLANG@1"), Fetch(0)))
     snippet = mpi_snippet(program.render("fast"), 3)
     assert "mpiexec -n 3 python -m mpi4py" in snippet and "gathered(T, v0)" in snippet
@@ -80,18 +80,10 @@ def test_failure_snippets_gather_fast_values_under_mpiexec() -> None:
 
 # ---------------------------------------------------------------- under mpiexec -n 2
 
-def _mpiexec() -> str:
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fast-lazy[mpi]')")
-    found = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    if found is None:
-        pytest.skip("mpiexec was not found (pip install 'fast-lazy[mpi]' brings MPICH's)")
-    return found
-
-
 def _planted(mode: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], float]:
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "MPI_TIMEOUT": "5"}
     start = time.monotonic()
-    done = subprocess.run([_mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_programs" /
+    done = subprocess.run([mpiexec(), "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_programs" /
                                                                    "conformance_planted.py"), mode],
                           cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=240, check=False)
     return done, time.monotonic() - start

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_launch import mpiexec
 
 import fast
 import reference
@@ -90,19 +90,11 @@ def test_another_ranks_device_holds_placeholders_and_runs_nothing(monkeypatch: p
 
 # ---------------------------------------------------------------- SPMD programs under mpiexec
 
-def _mpiexec() -> str:
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fast-lazy[mpi]')")
-    found = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
-    if found is None:
-        pytest.skip("mpiexec was not found (pip install 'fast-lazy[mpi]' brings MPICH's)")
-    return found
-
-
 def _run(program: str, tmp_path: Path, *, abort: bool = True, timeout: float = 30,
          **env: str) -> subprocess.CompletedProcess[str]:
     launcher = [sys.executable, "-m", "mpi4py"] if abort else [sys.executable]
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "MPI_TIMEOUT": str(timeout), **env}
-    return subprocess.run([_mpiexec(), "-n", "2", *launcher, str(PROGRAMS / program)], cwd=tmp_path,
+    return subprocess.run([mpiexec(), "-n", "2", *launcher, str(PROGRAMS / program)], cwd=tmp_path,
                           env=environment, capture_output=True, text=True, timeout=180, check=False)
 
 
