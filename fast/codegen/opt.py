@@ -259,7 +259,7 @@ def _interleave_streams(plan: KernelPlan, load_strides: Sequence[Sequence[sint |
     leaves memory bandwidth unused). Every output's reduction is the same sequence as before, so
     values do not change; at most half the vector registers hold accumulators."""
     copies = plan.reduce_axes[-1].unroll
-    streams = max(1, (registers // 2) // copies)
+    streams = min(4, (registers // 2) // copies)
     candidates = [i for i, axis in enumerate(plan.output_axes) if axis.size != 1 and axis.unroll == 1]
     if streams < 2 or not candidates:
         return plan
@@ -268,7 +268,7 @@ def _interleave_streams(plan: KernelPlan, load_strides: Sequence[Sequence[sint |
     strides = [loads[axis.axis] for loads in load_strides]
     if not any(isinstance(stride, int) and abs(stride) > 1 for stride in strides):
         return plan
-    amount = next((g for g in (streams, 4, 2) if g <= streams and _divides(axis.size, g)), 1)
+    amount = next((g for g in (4, 2) if g <= streams and _divides(axis.size, g)), 1)
     if amount < 2:
         return plan
     outputs = list(plan.output_axes)

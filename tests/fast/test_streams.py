@@ -51,6 +51,13 @@ def test_plan_unrolls_the_output_axis_into_streams(rows, registers, streams):
     assert plan.bodies * 2 <= registers or streams == 1
 
 
+def test_streams_are_at_most_four_when_fewer_accumulators_leave_room():
+    for cols, copies in ((32, 2), (16, 1)):
+        plan = _row_plan(256, cols, 32)
+        assert plan.reduce_axes[-1].unroll == copies
+        assert [axis.unroll for axis in plan.output_axes if axis.size != 1] == [4]
+
+
 def test_no_streams_where_outputs_share_their_memory():
     options = cpu_options(64)
     # a column sum (reduce axis strided) and a row sum of a broadcast row (stride 0 along the rows)
