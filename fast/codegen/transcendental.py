@@ -188,9 +188,16 @@ def _pow2(k: _V, fm: _Fmt) -> _V:
     return ((k + fm.bias) * (1 << fm.mant)).cast(fm.fdt, bitcast=True)
 
 
+def _clamp(x: _V, low: float, high: float) -> _V:
+    """x limited to [low, high]; NaN stays NaN. Two compare-and-selects (a NaN compares false, so
+    its lanes keep x): cheaper than MAX, whose NaN rule costs a second compare on every backend."""
+    x = x.lt(low).where(low, x)
+    return _V(x.b, x._ref(high)).lt(x).where(high, x)
+
+
 def _exp2(x: _V, fm: _Fmt) -> _V:
     """2^x: k = rint(x), f = x - k, 2^f by polynomial, times 2^(k/2) * 2^(k - k/2) (one rounding)."""
-    x = -((-x.max(-(fm.bias + fm.mant + 10))).max(-(fm.bias + 3)))  # clamp; NaN stays NaN
+    x = _clamp(x, -(fm.bias + fm.mant + 10), fm.bias + 3)
     magic = 1.5 * 2.0**fm.mant
     t = x + magic
     f = x - (t - magic)  # exact, |f| <= 1/2
