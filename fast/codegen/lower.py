@@ -33,7 +33,6 @@ from fast.codegen import transcendental
 from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype
 from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
-from fast.codegen.fma import fuse_accumulations
 from fast.codegen.ir import (
     BOOL,
     INT64,
@@ -438,10 +437,7 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
     threaded = lowering.thread_vars is not None
     names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if threaded else ())
-    instrs = tuple(lowering.builder.instrs)
-    if options.fused_multiply_add and not config.get().noopt:
-        instrs = fuse_accumulations(instrs)
-    instrs = eliminate_dead_code(instrs)
+    instrs = eliminate_dead_code(tuple(lowering.builder.instrs))
     program = LinearProgram(kernel_name(info), instrs, info.buffers, names, info.variables, flops, mem_bytes,
                             threaded, len(consts),
                             streamed_buffers(instrs, info.buffers, options.stream_min_bytes))

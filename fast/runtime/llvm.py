@@ -179,8 +179,7 @@ class LLVMProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
-                                    fused_multiply_add=cpu.fused_multiply_add()))
+_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes()))
 _COMPILER = LLVMCompiler()
 
 

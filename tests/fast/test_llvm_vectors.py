@@ -376,8 +376,7 @@ def test_vector_accumulator_reductions(op, dtype, init):
 # ---------------------------------------------------------------- renderer options and the source
 
 def test_llvm_device_renders_with_the_host_cpu_options():
-    want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
-                       fused_multiply_add=cpu.fused_multiply_add())
+    want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes())
     assert llvm.create("LLVM").renderer.options == want
     assert llvm.create("LLVM").renderer.options.supports_threads
     plain = LLVMIRRenderer().options
