@@ -104,8 +104,12 @@ class RemoteAllocator(Allocator):
         return RemoteHandle(self.device, nbytes)
 
 
+WAIT_POLL_MAX_S = 1e-4  # longest sleep between two polls of a transfer: its most added latency
+
+
 def _wait(request: Any, what: str) -> None:
-    """Complete `request`, or cancel it and raise RuntimeError after the configured timeout."""
+    """Complete `request`, or cancel it and raise RuntimeError after the configured timeout. Polls
+    with sleeps growing from 1 µs to WAIT_POLL_MAX_S (docs/mpi.md: never spinning inside MPI)."""
     timeout = config.get().mpi_timeout
     deadline = time.monotonic() + timeout
     pause = 1e-6
@@ -115,7 +119,7 @@ def _wait(request: Any, what: str) -> None:
             raise RuntimeError(f"MPI: {what} on rank {rank()} did not complete within MPI_TIMEOUT={timeout} s "
                                "(a peer failed or the ranks ran different programs)")
         time.sleep(pause)
-        pause = min(pause * 2, 1e-3)
+        pause = min(pause * 2, WAIT_POLL_MAX_S)
 
 
 def send(data: np.ndarray, destination: int) -> None:
