@@ -14,7 +14,9 @@ Instruction set (`IROps`):
 - `LOAD`        arg: buffer idx; srcs: (index,) or (index, valid). With `valid`, the element is read
                 only when valid is true, else the value is 0 (renderers must not touch memory then).
 - `ALU`         arg: an elementwise op (`UnaryOps`/`BinaryOps`/`TernaryOps`) with the semantics of
-                docs/semantics.md for operands of dtype T; CAST/BITCAST convert to `dtype`.
+                docs/semantics.md for operands of dtype T; CAST/BITCAST convert to `dtype`; or
+                `FusedOps.FMA` (a*b + c rounded once; float32/float64), which only lowering makes
+                (codegen/fma.py: float SUM accumulations on renderers with `fused_multiply_add`).
 - `DEFINE_ACC`  arg: initial value; a mutable accumulator. Reading it gives its current value.
 - `ASSIGN`      srcs: (acc, value); acc := value. No value.
 - `STORE`       arg: buffer idx (an output); srcs: (index, value) or (index, value, valid).
@@ -41,6 +43,7 @@ from typing import Any
 from fast.dtype import ConstType, DType, dtypes
 from fast.ops import (
     BinaryOps,
+    OpEnum,
     TernaryOps,
     UnaryOps,
     normalize_const,
@@ -52,6 +55,13 @@ class IROps(Enum):
     DEFINE_VAR = auto(); CONST = auto(); LOOP = auto(); ENDLOOP = auto(); INDEX = auto()  # noqa: E702
     LOAD = auto(); ALU = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); STORE = auto()  # noqa: E702
     VECTORIZE = auto(); GEP = auto()  # noqa: E702
+
+
+class FusedOps(OpEnum):
+    """ALU ops of the IR that are no graph op. FMA(a, b, c): a*b + c with one rounding, operands
+    and result float32 or float64 (codegen/fma.py is its only maker)."""
+
+    FMA = auto()
 
 
 class IndexOps(Enum):
@@ -104,7 +114,10 @@ class LinearProgram:
     patterns of the kernel's constants (codegen/const_args.py); 0 when constants are inline.
     `streamed`: output buffers that the kernel never loads and whose vector STOREs may bypass the
     caches (non-temporal); a renderer that streams them ends the kernel with a store fence
-    (codegen/streaming.py). Which values land where never depends on it."""
+    (codegen/streaming.py). Which values land where never depends on it.
+    `bounded_inputs`: input buffers whose loads feed fused multiply-adds (codegen/fma.py); the
+    program may run only when each of their elements is below `FMA_BOUNDS[dtype]` in magnitude
+    (the engine checks, engine/fma_guard.py); empty for a program without FMA."""
 
     name: str
     instrs: tuple[Instr, ...]
@@ -116,6 +129,7 @@ class LinearProgram:
     threaded: bool = False
     const_slots: int = 0
     streamed: frozenset[int] = frozenset()
+    bounded_inputs: tuple[int, ...] = ()
 
 
 class IRError(ValueError):
@@ -212,6 +226,10 @@ def _alu_result(number: int, instr: Instr, src_types: list[DType]) -> DType:
         if len(src_types) != 3 or src_types[0] != BOOL or src_types[1] != src_types[2]:
             raise IRError(f"{where}: operands {[t.name for t in src_types]}")
         return src_types[1]
+    if op is FusedOps.FMA:
+        if len(src_types) != 3 or len(set(src_types)) != 1 or src_types[0] not in (dtypes.float32, dtypes.float64):
+            raise IRError(f"{where}: operands {[t.name for t in src_types]}")
+        return src_types[0]
     arity = 1 if isinstance(op, UnaryOps) else 2 if isinstance(op, BinaryOps) else 3
     if len(src_types) != arity or len(set(src_types)) != 1 or not supports(op, src_types[0]):
         raise IRError(f"{where}: operands {[t.name for t in src_types]}")

@@ -33,6 +33,7 @@ from fast.codegen import transcendental
 from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype
 from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
+from fast.codegen.fma import fuse_accumulations
 from fast.codegen.ir import (
     BOOL,
     INT64,
@@ -437,10 +438,14 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
     threaded = lowering.thread_vars is not None
     names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if threaded else ())
-    instrs = eliminate_dead_code(tuple(lowering.builder.instrs))
+    instrs = tuple(lowering.builder.instrs)
+    bounded: frozenset[int] = frozenset()
+    if options.fused_multiply_add and not config.get().noopt:
+        instrs, bounded = fuse_accumulations(instrs, info.buffers, flops)
+    instrs = eliminate_dead_code(instrs)
     program = LinearProgram(kernel_name(info), instrs, info.buffers, names, info.variables, flops, mem_bytes,
                             threaded, len(consts),
-                            streamed_buffers(instrs, info.buffers, options.stream_min_bytes))
+                            streamed_buffers(instrs, info.buffers, options.stream_min_bytes), tuple(sorted(bounded)))
     if config.get().debug >= 3:
         verify(program)
     return program

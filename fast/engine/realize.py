@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fast import config
@@ -34,7 +34,7 @@ from fast.codegen import format_program, lower
 from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
 from fast.device import Buffer, Device
-from fast.engine import replay
+from fast.engine import fma_guard, replay
 from fast.engine.dumps import dump_stages, format_ast
 from fast.engine.items import require_allocated, run_copy, run_custom
 from fast.engine.programs import ProgramCache
@@ -63,6 +63,7 @@ class CompiledKernel:
     program: LinearProgram
     source: str
     runner: Any  # fast.runtime.base.Program
+    unfused: list[CompiledKernel] = field(default_factory=list, compare=False)  # memo of `unfused_kernel`
 
 
 # ("inline", device, structure, bits) -> a kernel with these constants inline;
@@ -84,14 +85,16 @@ def ast_key(ast: LazyOp) -> tuple[Any, ...]:
     return kernel_keys(ast)
 
 
-def compile_item(ast: LazyOp, device: str, const_params: bool = False) -> CompiledKernel:
+def compile_item(ast: LazyOp, device: str, const_params: bool = False, fuse: bool = True) -> CompiledKernel:
     """The whole pipeline for one kernel AST on `device`, printing the stages asked for;
-    `const_params`: the constants become kernel parameters (see `lower`)."""
+    `const_params`: the constants become kernel parameters (see `lower`); `fuse` False: no fused
+    multiply-adds even where the renderer has them (codegen/fma.py)."""
     debug, stages = config.get().debug, dump_stages()
     compiled = Device[device]
     if debug >= 3 or "ast" in stages:
         print(f"--- ast ({device})\n{format_ast(ast)}")
-    program = lower(ast, compiled.renderer.options, const_params=const_params)
+    options = compiled.renderer.options if fuse else replace(compiled.renderer.options, fused_multiply_add=False)
+    program = lower(ast, options, const_params=const_params)
     if debug >= 3 or "ir" in stages:
         print(f"--- ir ({device})\n{format_program(program)}")
     source = compiled.renderer.render(program)
@@ -102,6 +105,17 @@ def compile_item(ast: LazyOp, device: str, const_params: bool = False) -> Compil
     for observe in COMPILE_OBSERVERS:
         observe(ast, device, const_params)
     return CompiledKernel(program, source, compiled.runtime(program.name, library, launch_dims))
+
+
+def runnable(kernel: CompiledKernel, ast: LazyOp, device: str, buffers: Sequence[Buffer]) -> CompiledKernel:
+    """`kernel`, or when its fused multiply-adds could overflow on these buffers' values
+    (engine/fma_guard.py), the same kernel lowered without them (compiled once, kept with it)."""
+    bounded = kernel.program.bounded_inputs
+    if not bounded or fma_guard.within_bounds(bounded, list(buffers)):
+        return kernel
+    if not kernel.unfused:
+        kernel.unfused.append(compile_item(ast, device, kernel.program.const_slots > 0, fuse=False))
+    return kernel.unfused[0]
 
 
 def get_kernel(device: str, ast: LazyOp) -> tuple[CompiledKernel, tuple[int, ...]]:
@@ -167,6 +181,9 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     require_allocated(item)
     for buffer in item.outputs:
         buffer.allocate(zeroed=False)  # a kernel writes every element of its outputs
+    if program.bounded_inputs:
+        kernel = runnable(kernel, item.ast, device, item.bufs)
+        program = kernel.program
     try:
         values = tuple(item.var_vals[variable] for variable in program.variables) + constants
     except KeyError as error:
@@ -328,6 +345,8 @@ def _replay(template: replay.Template, signature: replay.Signature) -> bool:
     for (ast, _), bufs, (kernel, constants) in zip(template.items, buffers, kernels, strict=True):
         for buffer in bufs[:len(ast.src)]:  # a SINK's sources are its STOREs, one per output
             buffer.allocate(zeroed=False)
+        if kernel.program.bounded_inputs:
+            kernel = runnable(kernel, ast, bufs[0].device, bufs)
         program = kernel.program
         launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
                program.mem_bytes + program.flops)

@@ -57,6 +57,8 @@ class RendererOptions:
       non-temporal vector stores (codegen/streaming.py); 0: the renderer has none.
     - `vector_registers`: SIMD registers of `vector_bytes` the target has; register tiles of
       accumulators (codegen/opt.py) use about half of them.
+    - `fused_multiply_add`: float32/float64 sums of products accumulate with FMA, one rounding per
+      step (codegen/fma.py); the renderer then renders `FusedOps.FMA` with the hardware instruction.
     """
 
     vector_bytes: int = 0
@@ -69,6 +71,7 @@ class RendererOptions:
     supports_threads: bool = False
     stream_min_bytes: int = 0
     vector_registers: int = 16
+    fused_multiply_add: bool = False
 
     @property
     def supports_vectors(self) -> bool:
@@ -81,9 +84,11 @@ class RendererOptions:
         return self.vector_bytes // dtype.itemsize
 
 
-def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0) -> RendererOptions:
+def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0,
+                fused_multiply_add: bool = False) -> RendererOptions:
     """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes
-    (`stream_min_bytes`: see RendererOptions; only for hosts with non-temporal vector stores).
+    (`stream_min_bytes`, `fused_multiply_add`: see RendererOptions; only for hosts that have
+    non-temporal vector stores and FMA instructions).
     64-byte registers are AVX-512's, which has 32 of them; narrower ones are counted as 16 (AVX2,
     SSE; NEON's 32 are not counted on)."""
     return RendererOptions(vector_bytes=vector_bytes, vector_registers=32 if vector_bytes >= 64 else 16,
@@ -91,7 +96,8 @@ def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int =
                            vector_casts=CPU_VECTOR_CASTS if vector_bytes else frozenset(),
                            vector_memory=frozenset(VECTOR_FLOATS + VECTOR_INTS) if vector_bytes else frozenset(),
                            max_upcast=4, max_unroll=8, supports_threads=threads,
-                           stream_min_bytes=stream_min_bytes if vector_bytes else 0)
+                           stream_min_bytes=stream_min_bytes if vector_bytes else 0,
+                           fused_multiply_add=fused_multiply_add)
 
 
 class Renderer(ABC):

@@ -22,7 +22,9 @@ How docs/semantics.md is kept (values in C):
   DIV/MOD are total (`x/0 = 0`, `x%0 = x`, `MIN/-1 = MIN`, `MIN%-1 = 0`); float -> int casts are
   range-checked in double (NaN/inf/out of range give 0); float MAX propagates NaN; bitcasts go
   through `memcpy`; MULACC on floats is `(a*b)+c` and is never contracted (compile with
-  `-ffp-contract=off`, see runtime/clang.py). SQRT calls libm's correctly rounded `sqrtf`/`sqrt`.
+  `-ffp-contract=off`, see runtime/clang.py); the IR's own `FusedOps.FMA` (codegen/fma.py: float
+  sums of products) is `fmaf`/`fma`, or an x86 FMA intrinsic on vectors (fast/renderer/c_vectors.py).
+  SQRT calls libm's correctly rounded `sqrtf`/`sqrt`.
   Lowering expands EXP2/LOG2/SIN of every float dtype into plain ALU code (codegen/transcendental.py,
   sine.py), so kernels never reach libm for them; the renderer still maps them to `exp2f`/`exp2`, ...
   for IR that holds them (hand-built IR in tests).
@@ -34,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram, LoopKind
+from fast.codegen.ir import FusedOps, IndexOps, Instr, IROps, LinearProgram, LoopKind
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps
 from fast.renderer.base import Renderer, RendererOptions
@@ -207,6 +209,8 @@ class _Kernel:
         op, dtype = instr.arg, src_types[-1]
         if op is TernaryOps.WHERE:
             return f"({a[0]} ? {a[1]} : {a[2]})"
+        if op is FusedOps.FMA:  # libm's fma/fmaf: one rounding (an instruction with -mfma)
+            return f"{'fma' if dtype == dtypes.float64 else 'fmaf'}({a[0]}, {a[1]}, {a[2]})"
         if op is UnaryOps.CAST:
             return self.cast(src_types[0], instr.dtype, a[0])  # type: ignore[arg-type]
         if op is UnaryOps.BITCAST:
@@ -305,6 +309,8 @@ class _Kernel:
             return self.vectors.literal(a, dtype)
         if instr.op is IROps.GEP:
             return self.vectors.gep(types[0], a[0], instr.arg)
+        if dtype.count > 1 and instr.arg is FusedOps.FMA:
+            return self.vectors.fma(dtype, a, self.register_bytes)
         if dtype.count > 1:
             source = types[1] if instr.arg is TernaryOps.WHERE else types[0]
             return self.vectors.alu(instr.arg, dtype, source, a)

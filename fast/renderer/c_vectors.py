@@ -38,6 +38,11 @@ _FIT = {(dtypes.float32, dtypes.int32): ("-0x1p31f", ">=", "0x1p31f"),
         (dtypes.float64, dtypes.uint64): ("-1.0", ">", "0x1p64")}
 
 
+#: x86 FMA by (element bytes, vector bytes): (vector type, intrinsic); the 32-byte ones need -mfma,
+#: the 64-byte ones -mavx512f (the flags of the SIMD levels that have vectors of that size).
+_FMAS = {(4, 16): ("__m128", "_mm_fmadd_ps"), (4, 32): ("__m256", "_mm256_fmadd_ps"),
+         (4, 64): ("__m512", "_mm512_fmadd_ps"), (8, 16): ("__m128d", "_mm_fmadd_pd"),
+         (8, 32): ("__m256d", "_mm256_fmadd_pd"), (8, 64): ("__m512d", "_mm512_fmadd_pd")}
 #: x86 non-temporal stores by vector bytes: (integer vector type, intrinsic). SSE2 has the 16-byte
 #: one; the 32- and 64-byte ones need the AVX / AVX-512 flags that vectors of that size imply.
 _STREAMS = {16: ("__m128i", "_mm_stream_si128"), 32: ("__m256i", "_mm256_stream_si256"),
@@ -141,6 +146,23 @@ class VectorC:
                   f"  if (((uintptr_t)p & {size - 1}) == 0) {intrinsic}(({itype}*)p, ({itype})v);\n"
                   f"  else *({memory}*)p = v;\n}}\n")
         return f"vstream_{vtype}({pointer}, {value});"
+
+    def fma(self, dtype: DType, a: list[str], register_bytes: int) -> str:
+        """FusedOps.FMA on float32/float64 vectors: the x86 FMA intrinsic of the vector's size when
+        it fits a register (`_mm512_fmadd_ps`, ...: the C compiler has no generic vector FMA), else
+        libm's `fmaf`/`fma` lane by lane. Either way one rounding per lane."""
+        itemsize, vtype = dtype.scalar().itemsize, self.ctype(dtype)
+        size = itemsize * dtype.count
+        if (itemsize, size) in _FMAS and size <= register_bytes:
+            itype, intrinsic = _FMAS[(itemsize, size)]
+            self.need("immintrin", "#include <immintrin.h>\n")
+            body = f"return ({vtype}){intrinsic}(({itype})a, ({itype})b, ({itype})c);"
+        else:
+            scalar = "fma" if itemsize == 8 else "fmaf"
+            body = f"return ({vtype}){{{', '.join(f'{scalar}(a[{i}], b[{i}], c[{i}])' for i in range(dtype.count))}}};"
+        head = f"static inline {vtype} vfma_{vtype}({vtype} a, {vtype} b, {vtype} c)"
+        self.need(f"vfma {vtype}", f"{head} {{ {body} }}\n")
+        return f"vfma_{vtype}({a[0]}, {a[1]}, {a[2]})"
 
     def gep(self, dtype: DType, vector: str, lane: int) -> str:
         return f"({vector}[{lane}] != 0)" if dtype.scalar() == dtypes.bool else f"{vector}[{lane}]"

@@ -18,7 +18,8 @@ How docs/semantics.md is kept:
   like the C helpers `f2i_*`.
 - float MAX: NaN if either operand is NaN (`fcmp uno`), else `a > b ? a : b` (never `maxnum`);
   CMPLT/CMPEQ are `fcmp olt/oeq` (false on NaN); no fast-math flags anywhere; MULACC is `fmul`
-  then `fadd` (never `fma`/`fmuladd`, and without `contract` flags LLVM does not fuse them).
+  then `fadd` (never `fma`/`fmuladd`, and without `contract` flags LLVM does not fuse them). The
+  IR's own `FusedOps.FMA` (codegen/fma.py: float sums of products) is the `llvm.fma` intrinsic.
 - SQRT is the `llvm.sqrt` intrinsic (the correctly rounded instruction); EXP2/LOG2/SIN, which lowering
   expands into ALU code for every float dtype, map to the `llvm.exp2/log2/sin` intrinsics only in
   IR that still holds them (hand-built IR in tests).
@@ -37,7 +38,7 @@ import re
 
 import numpy as np
 
-from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram
+from fast.codegen.ir import FusedOps, IndexOps, Instr, IROps, LinearProgram
 from fast.dtype import ConstType, DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps, float32_to_bfloat16_bits, wrap_int
 from fast.renderer.base import Renderer, RendererOptions, cpu_options
@@ -235,6 +236,8 @@ class _Kernel:
 
     def alu(self, instr: Instr, src_types: list[DType], a: list[str]) -> str:
         op, dtype, target = instr.arg, src_types[-1], instr.dtype
+        if op is FusedOps.FMA:
+            return self.fma(dtype, a)
         if target is not None and target.count > 1:
             return self.vectors.alu(op, src_types, target, a)
         if op is TernaryOps.WHERE:
@@ -251,6 +254,14 @@ class _Kernel:
         if dtypes.is_float(dtype):
             return self.float_alu(op, dtype, a)
         return self.int_alu(op, dtype, a)
+
+    def fma(self, dtype: DType, a: list[str]) -> str:
+        """FusedOps.FMA (float32/float64, scalar or vector): the `llvm.fma` intrinsic, one rounding."""
+        t = llvm_type(dtype)
+        lanes = f"v{dtype.count}" if dtype.count > 1 else ""
+        name = f"llvm.fma.{lanes}{'f64' if dtype.scalar() == dtypes.float64 else 'f32'}"
+        self.need(name, f"declare {t} @{name}({t}, {t}, {t})\n")
+        return self.value(f"call {t} @{name}({t} {a[0]}, {t} {a[1]}, {t} {a[2]})")
 
     # -- index arithmetic
     def index(self, op: IndexOps, divisor_is_const: bool, a: list[str]) -> str:

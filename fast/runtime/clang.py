@@ -3,7 +3,9 @@
 Compiler: `config.get().cc` if set, else `clang` if on PATH, else `cc`. Flags (`compile_flags()`):
 `-std=c11 -O2 -shared -fPIC -ffp-contract=off -fno-math-errno` (plus `-fno-tree-vectorize` for
 GCC), linked with `-lm`.
-- `-ffp-contract=off`: `a*b+c` is never fused (only MULACC could be, and it is specified unfused).
+- `-ffp-contract=off`: `a*b+c` is never fused by the compiler (MULACC is specified unfused); the
+  one fused multiply-add is the IR's explicit `FusedOps.FMA` (codegen/fma.py), rendered as `fmaf`
+  or an FMA intrinsic.
 - `-fno-math-errno`: libm calls need not set errno, so `sqrtf` becomes one instruction. It changes no
   value (IEEE results are the same); we never read errno.
 - never `-ffast-math` or `-march=native` (values must be IEEE). The SIMD level detected at run time
@@ -178,7 +180,8 @@ class ClangProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = CRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes()))
+_RENDERER = CRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
+                                    fused_multiply_add=cpu.fused_multiply_add()))
 _COMPILER = ClangCompiler()
 
 

@@ -72,6 +72,13 @@ def stream_min_bytes() -> int:
     return STREAM_MIN_BYTES if _is_x86() and not config.get().noopt else 0
 
 
+def fused_multiply_add() -> bool:
+    """Whether kernels may use FMA instructions (`RendererOptions.fused_multiply_add`): an x86 host
+    whose detected SIMD level compiles with -mfma (AVX2 + FMA and up), and not NOOPT=1. Other hosts
+    keep separate multiplies and adds (their FMA would be a libm call without the flag)."""
+    return "-mfma" in c_flags()
+
+
 def available_cores() -> int:
     """Cores this process may run on."""
     try:

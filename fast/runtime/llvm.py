@@ -179,7 +179,8 @@ class LLVMProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes()))
+_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
+                                    fused_multiply_add=cpu.fused_multiply_add()))
 _COMPILER = LLVMCompiler()
 
 

@@ -4,6 +4,7 @@ builders, the kernels such tests run on every device, a runner that lowers, comp
 AST, and the comparisons of results with ground truth (each strictness a parameter)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -366,6 +367,13 @@ def wide_flipped_tracker() -> ShapeTracker:
 
 
 # ---------------------------------------------------------------- running a kernel
+
+def without_fma(device: Compiled) -> Compiled:
+    """`device` with a renderer that keeps float sums of products unfused (codegen/fma.py), so an
+    optimized kernel's bits can be compared with the NOOPT kernel's."""
+    options = dataclasses.replace(device.renderer.options, fused_multiply_add=False)
+    return dataclasses.replace(device, renderer=type(device.renderer)(options))
+
 
 @contextmanager
 def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

@@ -376,7 +376,8 @@ def test_vector_accumulator_reductions(op, dtype, init):
 # ---------------------------------------------------------------- renderer options and the source
 
 def test_llvm_device_renders_with_the_host_cpu_options():
-    want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes())
+    want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
+                       fused_multiply_add=cpu.fused_multiply_add())
     assert llvm.create("LLVM").renderer.options == want
     assert llvm.create("LLVM").renderer.options.supports_threads
     plain = LLVMIRRenderer().options

@@ -39,12 +39,13 @@ def test_the_conformance_program_agrees_with_reference(device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("n", [1, 16, 37])
-def test_overflowing_products_are_infinities_in_the_sum(device: str, n: int) -> None:
+@pytest.mark.parametrize("n,pad", [(1, 0), (16, 0), (37, 0), (256, 253)])
+def test_overflowing_products_are_infinities_in_the_sum(device: str, n: int, pad: int) -> None:
     """Column 0 multiplies by (4, 4), the others by (1, 2). Row 0: an overflow to +inf and one to
     -inf (NaN) in column 0, 2e38 + (-inf) elsewhere; row 1: NaN in column 0, elsewhere -3e38 plus a
-    product 5e38 that overflows (+inf, though the exact sum 2e38 is finite); row 2: finite."""
-    x = np.array([[2e38, -2e38], [-3e38, 2.5e38], [1.5, -2.0]], np.float32)
+    product 5e38 that overflows (+inf, though the exact sum 2e38 is finite); the rest: finite. With
+    `pad` rows the kernel is large enough to be lowered with FMA, and the guard runs it unfused."""
+    x = np.array([[2e38, -2e38], [-3e38, 2.5e38]] + [[1.5, -2.0]] * (1 + pad), np.float32)
     y = np.tile(np.array([[1.0], [2.0]], np.float32), (1, n))
     y[:, 0] = [4.0, 4.0]
     with np.errstate(over="ignore", invalid="ignore"):
@@ -52,4 +53,4 @@ def test_overflowing_products_are_infinities_in_the_sum(device: str, n: int) -> 
     got = fast.to_numpy(_matmul(fast.from_numpy(x, device), fast.from_numpy(y, device)))
     np.testing.assert_array_equal(got, want)
     assert np.isnan(got[:2, 0]).all() and (got[0, 1:] == -np.inf).all() and (got[1, 1:] == np.inf).all()
-    assert (got[2] == np.where(np.arange(n) == 0, -2.0, -2.5)).all()
+    assert (got[2:] == np.where(np.arange(n) == 0, -2.0, -2.5)).all()

@@ -1,0 +1,43 @@
+"""Whether a kernel with fused multiply-adds may run on its buffers (codegen/fma.py).
+
+A program lowered with FMA lists the input buffers its fused products read (`bounded_inputs`). It
+agrees with the unfused program (up to the reduction tolerance; with the same infinities and NaNs)
+when no product overflows, which holds when every element of those buffers is below
+`FMA_BOUNDS[dtype]` in magnitude. `within_bounds` checks that with numpy's max and min over the
+buffer's host memory (a NaN fails the check; memory that is not host memory fails too), and
+remembers the answer per Buffer and version: a
+realized buffer's contents change only through a realized assign, which bumps its version, so
+weights read by many launches are scanned once. Only CPU devices lower with FMA.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+from fast.codegen.fma import FMA_BOUNDS
+from fast.device import Buffer
+
+_CHECKED: weakref.WeakKeyDictionary[Buffer, tuple[int, int, bool]] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()  # lanes of engine/parallel.py launch kernels concurrently
+
+
+def within_bounds(bounded_inputs: tuple[int, ...], buffers: tuple[Buffer, ...] | list[Buffer]) -> bool:
+    """Whether every element of `buffers[i]` for i in `bounded_inputs` is below its dtype's bound."""
+    return all(_bounded(buffers[index]) for index in bounded_inputs)
+
+
+def _bounded(buffer: Buffer) -> bool:
+    version, handle = buffer.version, id(buffer.handle)
+    with _LOCK:
+        known = _CHECKED.get(buffer)
+    if known is not None and known[:2] == (version, handle):
+        return known[2]
+    window = getattr(buffer.handle, "window", None)  # host memory (runtime/host.py HostMemory)
+    if window is None:
+        return False  # memory this process cannot read: the unfused kernel runs
+    values = window().view(buffer.dtype.np)
+    bound = FMA_BOUNDS[buffer.dtype]
+    result = values.size == 0 or bool(values.max() < bound) and bool(values.min() > -bound)
+    with _LOCK:
+        _CHECKED[buffer] = (version, handle, result)
+    return result
