@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 
 from fast.codegen.fma import FMA_BOUNDS
+from fast.codegen.ir import LinearProgram
 from fast.device import Buffer
+from fast.dtype import DType
 
 _CHECKED: weakref.WeakKeyDictionary[Buffer, tuple[int, int, bool]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()  # lanes of engine/parallel.py launch kernels concurrently
 
 
-def within_bounds(bounded_inputs: tuple[int, ...], buffers: tuple[Buffer, ...] | list[Buffer]) -> bool:
-    """Whether every element of `buffers[i]` for i in `bounded_inputs` is below its dtype's bound."""
-    return all(_bounded(buffers[index]) for index in bounded_inputs)
+def within_bounds(program: LinearProgram, buffers: Sequence[Buffer]) -> bool:
+    """Whether every element of `buffers[i]`, read as the program's dtype for buffer i, is below
+    that dtype's bound, for each i in `program.bounded_inputs`."""
+    return all(_bounded(buffers[index], program.buffers[index].dtype) for index in program.bounded_inputs)
 
 
-def _bounded(buffer: Buffer) -> bool:
+def _bounded(buffer: Buffer, dtype: DType) -> bool:
     version, handle = buffer.version, id(buffer.handle)
     with _LOCK:
         known = _CHECKED.get(buffer)
@@ -35,8 +39,9 @@ def _bounded(buffer: Buffer) -> bool:
     window = getattr(buffer.handle, "window", None)  # host memory (runtime/host.py HostMemory)
     if window is None:
         return False  # memory this process cannot read: the unfused kernel runs
-    values = window().view(buffer.dtype.np)
-    bound = FMA_BOUNDS[buffer.dtype]
+    raw = window()
+    values = raw[:raw.size - raw.size % dtype.itemsize].view(dtype.np)
+    bound = FMA_BOUNDS[dtype]
     result = values.size == 0 or bool(values.max() < bound) and bool(values.min() > -bound)
     with _LOCK:
         _CHECKED[buffer] = (version, handle, result)

@@ -110,8 +110,7 @@ def compile_item(ast: LazyOp, device: str, const_params: bool = False, fuse: boo
 def runnable(kernel: CompiledKernel, ast: LazyOp, device: str, buffers: Sequence[Buffer]) -> CompiledKernel:
     """`kernel`, or when its fused multiply-adds could overflow on these buffers' values
     (engine/fma_guard.py), the same kernel lowered without them (compiled once, kept with it)."""
-    bounded = kernel.program.bounded_inputs
-    if not bounded or fma_guard.within_bounds(bounded, list(buffers)):
+    if not kernel.program.bounded_inputs or fma_guard.within_bounds(kernel.program, buffers):
         return kernel
     if not kernel.unfused:
         kernel.unfused.append(compile_item(ast, device, kernel.program.const_slots > 0, fuse=False))

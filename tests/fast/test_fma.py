@@ -200,11 +200,12 @@ def test_the_guard_scans_a_buffer_once_per_version() -> None:
     fast.realize(x, y)
     buffer = x.realized
     assert buffer is not None
-    assert fma_guard.within_bounds((0,), [buffer])
+    program = LinearProgram("guard", (), (BufferInfo(0, F32, False, a.size),), bounded_inputs=(0,))
+    assert fma_guard.within_bounds(program, [buffer])
     assert fma_guard._CHECKED[buffer][0] == buffer.version
     a[0, 0] = 2.0**65
     fast.realize(x.assign(fast.from_numpy(a, "CLANG")))
-    assert not fma_guard.within_bounds((0,), [buffer])
+    assert not fma_guard.within_bounds(program, [buffer])
 
 
 def test_elementwise_products_and_mulacc_never_fuse() -> None:
