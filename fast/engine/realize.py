@@ -180,7 +180,8 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     require_allocated(item)
     for buffer in item.outputs:
         buffer.allocate(zeroed=False)  # a kernel writes every element of its outputs
-    if program.bounded_inputs:
+    guarded = bool(program.bounded_inputs)
+    if guarded:
         kernel = runnable(kernel, item.ast, device, item.bufs)
         program = kernel.program
     try:
@@ -192,6 +193,8 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     if not timed:  # the description is for DEBUG=2 lines only
         return program.name
     info = f"{kernel.program.name:<28} global {str(item.ast.src[0].arg.st.shape):<16}"
+    if guarded and not program.bounded_inputs:
+        info += " (without FMA: an input is beyond the bound)"
     if elapsed is not None:
         seconds = max(elapsed, 1e-9)
         info += (f" {elapsed * 1e3:9.3f} ms {kernel.program.mem_bytes / seconds * 1e-9:9.3f} GB/s"
