@@ -5,9 +5,10 @@ Split reductions (>= 32768 inputs per output) in several dtypes, ring all-reduce
 threshold and forced with RING=2, uneven sharding on 3 and 4 devices, mixed sharded axes, shrink
 to one shard and pad back, a masked constant behind a reshape and expand, the stale read after an
 assign, row kernels (softmax, layernorm, several outputs), output widths the vector lanes do not
-divide (vector tails: a scalar loop finishes the row; on every device kind), symbolic shapes (bound
-Variables, each program replayed under three bindings, edges included; on every device kind), and
-(when DISK is enabled) copies through DISK views.
+divide (vector tails: a scalar loop finishes the row; on every device kind), matrix products large
+enough for fused multiply-adds, with and without overflowing products (on every device kind),
+symbolic shapes (bound Variables, each program replayed under three bindings, edges included; on
+every device kind), and (when DISK is enabled) copies through DISK views.
 """
 from __future__ import annotations
 
@@ -157,6 +158,37 @@ def output_tails(cfg: GenConfig) -> list[Program]:
     return out
 
 
+def _matmul_steps(x: Leaf, y: Leaf) -> list[Step]:
+    """x (m, k) @ y (k, n) as users build it: expand, multiply, SUM over k; fetched."""
+    (m, k), (_, n) = x.data.shape, y.data.shape
+    return [x, y, Movement(0, "reshape", (m, 1, k)), Movement(2, "expand", (m, n, k)),
+            Movement(1, "permute", (1, 0)), Movement(4, "reshape", (1, n, k)), Movement(5, "expand", (m, n, k)),
+            Elementwise("MUL", (3, 6)), Reduce(7, "SUM", (2,)), Fetch(8)]
+
+
+def _with_extremes(dtype: str, shape: tuple[int, int], device: str, big: float) -> Leaf:
+    """Small integers with +big and -big in column 0 of rows 1 and 2 (products of `big` overflow)."""
+    leaf = _iota(dtype, shape, device)
+    values = list(leaf.data.values)
+    values[shape[1]], values[2 * shape[1]] = big, -big
+    return Leaf(ArrayData(dtype, shape, tuple(values)), device)
+
+
+def fused_products(cfg: GenConfig) -> list[Program]:
+    """On every device kind, matrix products large enough (>= 128 flops per input element) to be
+    lowered with fused multiply-adds on FMA hosts (fast/codegen/fma.py): random float32 and float64
+    (the fused kernel runs), and float32 with +-3e38 in both operands (products overflow: the guard
+    runs the unfused kernel, and the infinities and NaNs must be the specified ones)."""
+    out = []
+    for dev in cfg.kinds:
+        for dtype, seed in (("float32", 61), ("float64", 62)):
+            out.append(Program(tuple(_matmul_steps(_random(dtype, (160, 8), seed, dev),
+                                                   _random(dtype, (8, 200), seed + 10, dev)))))
+        out.append(Program(tuple(_matmul_steps(_with_extremes("float32", (160, 8), dev, 3e38),
+                                               _with_extremes("float32", (8, 200), dev, 3e38)))))
+    return out
+
+
 def symbolic(cfg: GenConfig) -> list[Program]:
     """On every device kind, each under three bindings: a softmax over `n` of 8 rows (a row kernel);
     a window `(n, 8)` whose offset moves, summed and maxed over to nothing at n = 8 (the empty axis);
@@ -206,4 +238,4 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
-            *row_kernels(dev), *output_tails(cfg), *symbolic(cfg), *disk(cfg)]
+            *row_kernels(dev), *output_tails(cfg), *fused_products(cfg), *symbolic(cfg), *disk(cfg)]
