@@ -157,6 +157,14 @@ def lowered_kernels(out: LazyBuffer, options: RendererOptions) -> list[LinearPro
 Moves = list[tuple[str, Any]]  # (ShapeTracker method, argument) pairs
 
 
+def matmul_graph(x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+    """x (m, k) @ y (k, n) as users build it: expand, multiply, SUM over k, reshaped to (m, n)."""
+    (m, k), (_, n) = x.shape, y.shape
+    left = x.reshape((m, 1, k)).expand((m, n, k))
+    right = y.permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
+    return left.e(BinaryOps.MUL, right).r(ReduceOps.SUM, (2,)).reshape((m, n))
+
+
 def apply_moves(st: ShapeTracker, array: np.ndarray, moves: Moves) -> tuple[ShapeTracker, np.ndarray]:
     """`moves` ((ShapeTracker method, argument) pairs) applied to `st` and, as numpy does them, to `array`."""
     for name, arg in moves:

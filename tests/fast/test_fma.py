@@ -7,10 +7,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from kernel_values import run_ast
+from kernel_values import matmul_graph, run_ast
 
 import fast
-from fast import BinaryOps, LazyBuffer, ReduceOps, config, dtypes
+from fast import BinaryOps, ReduceOps, config, dtypes
 from fast.codegen import lower
 from fast.codegen.fma import FMA_MIN_REUSE, fuse_accumulations
 from fast.codegen.ir import BufferInfo, FusedOps, Instr, IRError, IROps, LinearProgram, LoopKind, verify
@@ -116,14 +116,6 @@ def test_the_verifier_refuses_ill_typed_fma() -> None:
         verify(_program(tuple(instrs), dtypes.int32))
 
 
-def _matmul(x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
-    """x @ y as users build it: expand, multiply, sum over the last axis."""
-    (m, k), (_, n) = x.shape, y.shape
-    left = x.reshape((m, 1, k)).expand((m, n, k))
-    right = y.permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
-    return left.e(BinaryOps.MUL, right).r(ReduceOps.SUM, (2,)).reshape((m, n))
-
-
 def _tie_operands(m: int, n: int, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) with every output of x @ y the sum -1 + (1 + 2**-12)**2 (see FUSED)."""
     x = np.empty((m, 2), dtype)
@@ -140,7 +132,7 @@ def test_fused_products_round_once_in_every_lane(device: str, m: int, n: int) ->
     """Vector accumulators and the scalar tail of a prime width all fuse: each output is FUSED, not
     UNFUSED (the shapes have at least FMA_MIN_REUSE flops per input element)."""
     a, b = _tie_operands(m, n)
-    got = fast.to_numpy(_matmul(fast.from_numpy(a, device), fast.from_numpy(b, device)))
+    got = fast.to_numpy(matmul_graph(fast.from_numpy(a, device), fast.from_numpy(b, device)))
     np.testing.assert_array_equal(got, np.full((m, n), FUSED))
 
 
@@ -149,7 +141,7 @@ def test_fused_products_round_once_in_every_lane(device: str, m: int, n: int) ->
 def test_float64_products_fuse(device: str) -> None:
     a, b = _tie_operands(256, 260, np.float64)
     a[:, 1], b[1, :] = 1 + 2.0**-27, 1 + 2.0**-27  # (1 + 2**-27)**2 = 1 + 2**-26 + 2**-54: a tie in float64
-    got = fast.to_numpy(_matmul(fast.from_numpy(a, device), fast.from_numpy(b, device)))
+    got = fast.to_numpy(matmul_graph(fast.from_numpy(a, device), fast.from_numpy(b, device)))
     np.testing.assert_array_equal(got, np.full((256, 260), 2.0**-26 + 2.0**-54))
 
 
@@ -157,7 +149,7 @@ def test_float64_products_fuse(device: str) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_small_products_stay_unfused(device: str) -> None:
     a, b = _tie_operands(3, 16)
-    got = fast.to_numpy(_matmul(fast.from_numpy(a, device), fast.from_numpy(b, device)))
+    got = fast.to_numpy(matmul_graph(fast.from_numpy(a, device), fast.from_numpy(b, device)))
     np.testing.assert_array_equal(got, np.full((3, 16), UNFUSED))
 
 
@@ -165,7 +157,7 @@ def test_small_products_stay_unfused(device: str) -> None:
 def test_noopt_and_hosts_without_fma_round_the_product(device: str) -> None:
     """NOOPT=1 lowers without the rewrite (separate multiply and add): UNFUSED."""
     a, b = _tie_operands(3, 16)
-    out = _matmul(fast.from_numpy(a, device), fast.from_numpy(b, device))
+    out = matmul_graph(fast.from_numpy(a, device), fast.from_numpy(b, device))
     (item,) = [step.item for step in plan_schedule(lazy_buffers((out,))) if step.item.ast.op is KernelOps.SINK]
     compiled = Device[device]
     (result,), source = run_ast(compiled, item.ast, [a.ravel(), b.ravel()], noopt=True)
@@ -185,11 +177,11 @@ def test_an_operand_beyond_the_bound_runs_the_unfused_kernel(device: str, spoile
     a, b = _tie_operands(257, 256)
     a[256] = [spoiler, 0.0]
     x, y = fast.from_numpy(a, device), fast.from_numpy(b, device)
-    got = fast.to_numpy(_matmul(x, y))
+    got = fast.to_numpy(matmul_graph(x, y))
     np.testing.assert_array_equal(got[:256], np.full((256, 256), UNFUSED))
     a[256] = [1.0, 1.0]
     fast.realize(x.assign(fast.from_numpy(a, device)))
-    np.testing.assert_array_equal(fast.to_numpy(_matmul(x, y))[:256], np.full((256, 256), FUSED))
+    np.testing.assert_array_equal(fast.to_numpy(matmul_graph(x, y))[:256], np.full((256, 256), FUSED))
 
 
 @needs_fma
@@ -229,7 +221,7 @@ def test_matmul_bits_agree_across_devices_and_threads(device: str, shape: tuple[
         for threads in (1, 2, 3):
             with config.override(threads=threads, parallel_min_work=0):
                 x = fast.from_numpy(a, target).stride((1, 2)).stride((-1, 1))  # every other column, rows flipped
-                results.append(fast.to_numpy(_matmul(x, fast.from_numpy(b, target))))
+                results.append(fast.to_numpy(matmul_graph(x, fast.from_numpy(b, target))))
     for got in results[1:]:
         np.testing.assert_array_equal(got, results[0])
     want = a[::-1, ::2].astype(np.float64) @ b
