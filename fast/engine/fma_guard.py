@@ -5,9 +5,9 @@ agrees with the unfused program (up to the reduction tolerance; with the same in
 when no product overflows, which holds when every element of those buffers is below
 `FMA_BOUNDS[dtype]` in magnitude. `within_bounds` checks that with numpy's max and min over the
 buffer's host memory (a NaN fails the check; memory that is not host memory fails too), and
-remembers the answer per Buffer and version: a
-realized buffer's contents change only through a realized assign, which bumps its version, so
-weights read by many launches are scanned once. Only CPU devices lower with FMA.
+remembers the answer per Buffer and version: a realized buffer's contents change only through a
+realized assign, which bumps its version, so weights read by many launches are scanned once. Only
+CPU devices lower with FMA.
 """
 from __future__ import annotations
 
