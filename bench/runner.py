@@ -2,7 +2,10 @@
 
 What is timed for `fast`: building the lazy graph from already realized input buffers and
 `fast.realize(out)` (graph build + schedule + run). The first run is timed apart (cold: it compiles,
-into the fresh cache the caller set up); then warm repeats within the budget. Outside the timing,
+into the fresh cache the caller set up); then warm repeats within the budget. Each side's repeats
+run back to back, not alternating with the peers': after a BLAS call OpenBLAS's threads keep
+spinning for a while, and a `fast` matmul 512 started right after numpy's took 6.1 ms instead of
+4.3 ms (one process, medians of 30), so alternating would charge numpy's threads to `fast`. Outside the timing,
 once per workload and device, the result is checked against numpy, and a rebuilt graph is checked
 to be unrealized with a non-empty schedule (so the repeats really run kernels rather than getting
 the previous output back from the weak node cache); its kernels are counted.
