@@ -63,7 +63,7 @@ class CompiledKernel:
     program: LinearProgram
     source: str
     runner: Any  # fast.runtime.base.Program
-    unfused: list[CompiledKernel] = field(default_factory=list, compare=False)  # memo of `unfused_kernel`
+    unfused: list[CompiledKernel] = field(default_factory=list, compare=False)  # memo of `runnable`
 
 
 # ("inline", device, structure, bits) -> a kernel with these constants inline;

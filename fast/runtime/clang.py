@@ -56,7 +56,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from fast import config
-from fast.renderer.base import cpu_options
 from fast.renderer.c import CRenderer
 from fast.runtime import cpu
 from fast.runtime.base import Compiled, Compiler, atomic_write
@@ -180,8 +179,7 @@ class ClangProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = CRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
-                                    fused_multiply_add=cpu.fused_multiply_add()))
+_RENDERER = CRenderer(cpu.renderer_options())
 _COMPILER = ClangCompiler()
 
 

@@ -13,6 +13,7 @@ import os
 import platform
 
 from fast import config
+from fast.renderer.base import RendererOptions, cpu_options
 
 #: (cpuinfo flags that must all be present, vector register bytes, C compiler flags), best first.
 _X86_LEVELS: tuple[tuple[frozenset[str], int, tuple[str, ...]], ...] = (
@@ -77,6 +78,12 @@ def fused_multiply_add() -> bool:
     whose detected SIMD level compiles with -mfma (AVX2 + FMA and up), and not NOOPT=1. Other hosts
     keep separate multiplies and adds (their FMA would be a libm call without the flag)."""
     return "-mfma" in c_flags()
+
+
+def renderer_options() -> RendererOptions:
+    """The options of the CPU renderers (CLANG, LLVM) for this host: its vector width, streaming
+    stores and FMA as detected above."""
+    return cpu_options(vector_bytes(), stream_min_bytes=stream_min_bytes(), fused_multiply_add=fused_multiply_add())
 
 
 def available_cores() -> int:

@@ -30,7 +30,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from fast.renderer.base import cpu_options
 from fast.renderer.llvmir import LLVMIRRenderer
 from fast.runtime import cpu
 from fast.runtime.base import Compiled, Compiler
@@ -179,8 +178,7 @@ class LLVMProgram:
 
 
 _ALLOCATOR = HostAllocator()
-_RENDERER = LLVMIRRenderer(cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
-                                    fused_multiply_add=cpu.fused_multiply_add()))
+_RENDERER = LLVMIRRenderer(cpu.renderer_options())
 _COMPILER = LLVMCompiler()
 
 

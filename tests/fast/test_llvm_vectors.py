@@ -378,7 +378,7 @@ def test_vector_accumulator_reductions(op, dtype, init):
 def test_llvm_device_renders_with_the_host_cpu_options():
     want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
                        fused_multiply_add=cpu.fused_multiply_add())
-    assert llvm.create("LLVM").renderer.options == want
+    assert llvm.create("LLVM").renderer.options == want == cpu.renderer_options()
     assert llvm.create("LLVM").renderer.options.supports_threads
     plain = LLVMIRRenderer().options
     assert plain.vector_bytes == 0 and not plain.vector_ops and not plain.supports_threads
