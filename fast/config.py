@@ -20,6 +20,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from error
 
 
+def _nonnegative_int(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 0:
+        raise ValueError(f"environment variable {name}={value} must be 0 or more")
+    return value
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name, "")
     try:
@@ -50,6 +57,7 @@ class Config:
     cc: str = ""  # C compiler override; empty: clang if installed, else cc
     threads: int = 0  # THREADS: cap on the threads one CPU kernel uses; 0: every available core
     parallel_min_work: int = 1 << 18  # a CPU kernel with less estimated work (bytes + flops) runs on one thread
+    worker_spin_us: int = 2000  # WORKER_SPIN_US: how long an idle kernel-share worker polls before sleeping
     parallel_devices: bool = True  # PARALLEL_DEVICES: items on different devices run concurrently (engine/parallel.py)
     parallel_devices_min_work: int = 1 << 20  # ... only when two devices' items each touch this many bytes
     program_cache_size: int = 1024  # PROGRAM_CACHE_SIZE: compiled kernels kept per process (LRU, engine/programs.py)
@@ -91,6 +99,7 @@ class Config:
             cc=env.get("CC", ""),
             threads=_int(env, "THREADS", 0),
             parallel_min_work=_int(env, "PARALLEL_MIN_WORK", 1 << 18),
+            worker_spin_us=_nonnegative_int(env, "WORKER_SPIN_US", 2000),
             parallel_devices=bool(_int(env, "PARALLEL_DEVICES", 1)),
             parallel_devices_min_work=_int(env, "PARALLEL_DEVICES_MIN_WORK", 1 << 20),
             program_cache_size=_int(env, "PROGRAM_CACHE_SIZE", 1024),

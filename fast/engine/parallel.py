@@ -175,7 +175,7 @@ class LaneRun:
         team = workers.crew(len(self.lanes) - 1)
         if team is not None and team.lock.acquire(blocking=False):
             try:
-                team.run([(self.lane, (indices,), {}) for indices in self.lanes])
+                team.run(lambda: self.lane(self.lanes[0]), [(self.lane, (indices,), {}) for indices in self.lanes[1:]])
             finally:
                 team.lock.release()
         else:

@@ -60,6 +60,8 @@ from fast.renderer.c import CRenderer
 from fast.runtime import cpu
 from fast.runtime.base import Compiled, Compiler, atomic_write
 from fast.runtime.host import HostAllocator, HostMemory
+from fast.runtime.host import addresses as host_addresses
+from fast.runtime.workers import NativeCall
 
 BASE_FLAGS: tuple[str, ...] = ("-std=c11", "-O2", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 
@@ -161,14 +163,16 @@ class ClangProgram:
         except AttributeError as error:
             raise RuntimeError(f"CLANG: the library has no kernel named {name!r}") from error
         self.function.restype = None
+        self.address = ctypes.cast(self.function, ctypes.c_void_p).value or 0
         self.arity: tuple[int, int] | None = None  # (buffers, ints) that `function.argtypes` declares
 
+    def native_call(self, handles: Sequence[HostMemory], vals: Sequence[int]) -> NativeCall:
+        """This kernel's call on `handles` with `vals` as a function address and int64 words (for a
+        worker's native loop: runtime/workers.py)."""
+        return NativeCall(self.address, (*host_addresses(self.name, "CLANG", handles), *map(int, vals)))
+
     def __call__(self, *handles: HostMemory, vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        addresses: list[int] = []
-        for handle in handles:
-            if not isinstance(handle, HostMemory):
-                raise TypeError(f"{self.name}: expected CLANG buffers, got {type(handle).__name__}")
-            addresses.append(handle.address)
+        addresses = host_addresses(self.name, "CLANG", handles)
         values = [value if type(value) is int else int(value) for value in vals]
         if self.arity != (len(addresses), len(values)):  # ctypes then converts the ints in C
             self.function.argtypes = [ctypes.c_void_p] * len(addresses) + [ctypes.c_int64] * len(values)

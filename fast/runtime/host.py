@@ -22,6 +22,7 @@ import ctypes
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -108,6 +109,17 @@ class Recycler:
 
 
 RECYCLER = Recycler()
+
+
+def addresses(kernel: str, device: str, handles: Sequence[object]) -> list[int]:
+    """The addresses of `handles` for a call of `kernel`; TypeError naming the kernel and `device`
+    when one is not host memory."""
+    found: list[int] = []
+    for handle in handles:
+        if not isinstance(handle, HostMemory):
+            raise TypeError(f"{kernel}: expected {device} buffers, got {type(handle).__name__}")
+        found.append(handle.address)
+    return found
 
 
 def _fresh(size: int, zeroed: bool) -> np.ndarray:

@@ -5,8 +5,9 @@ and computes only its share of the outermost GLOBAL loop. `launch` calls it once
 a process-wide thread pool (ctypes releases the GIL during the call, so the shares run in parallel)
 and waits for all of them; an exception in any share is raised in the caller. Every output element
 is computed by exactly one share with the same code, so results never depend on the thread count.
-The shares go to a crew of polling workers (runtime/workers.py: microsecond hand-offs) when no other
-launch holds it, else to the pool. `thread_cap(n)` caps the threads of kernels launched from the
+The shares go to a crew of polling workers (runtime/workers.py: microsecond hand-offs; a program
+with `native_call` is called by the worker's native loop, without the GIL) when no other launch
+holds it, else to the pool. `thread_cap(n)` caps the threads of kernels launched from the
 calling thread (engine/parallel.py uses it when several devices run at once, so their kernels share
 the cores).
 """
@@ -58,6 +59,16 @@ def threads_for(work: int) -> int:
     return count if cap is None else max(1, min(count, cap))
 
 
+def _share(team: workers.Crew, runner: Any, handles: Sequence[Any], vals: tuple[int, ...]) -> workers.Job:
+    """One share as a job for `team`: a native call when the program offers one the crew accepts
+    (no GIL needed), else a Python call of the program."""
+    native = getattr(runner, "native_call", None)
+    call = native(handles, vals) if native is not None else None
+    if call is not None and team.accepts(call):
+        return call  # type: ignore[no-any-return]
+    return (runner, tuple(handles), {"vals": vals})
+
+
 def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: bool, work: int,
            wait: bool = False) -> float | None:
     """Run `runner` over `handles` with variable values `vals` (plus `core, cores` when threaded);
@@ -72,7 +83,8 @@ def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: b
     team = workers.crew(cores - 1)
     if team is not None and team.lock.acquire(blocking=False):  # hot workers, one caller at a time
         try:
-            team.run([(runner, tuple(handles), {"vals": (*vals, core, cores)}) for core in range(cores)])
+            team.run(lambda: runner(*handles, vals=(*vals, 0, cores)),
+                     [_share(team, runner, handles, (*vals, core, cores)) for core in range(1, cores)])
         finally:
             team.lock.release()
     else:

@@ -34,6 +34,8 @@ from fast.renderer.llvmir import LLVMIRRenderer
 from fast.runtime import cpu
 from fast.runtime.base import Compiled, Compiler
 from fast.runtime.host import HostAllocator, HostMemory
+from fast.runtime.host import addresses as host_addresses
+from fast.runtime.workers import NativeCall
 
 try:
     import llvmlite
@@ -163,15 +165,17 @@ class LLVMProgram:
             raise RuntimeError(f"LLVM: the object has no kernel named {name!r}")
         self.functions: dict[tuple[int, int], Any] = {}
 
+    def native_call(self, handles: Sequence[HostMemory], vals: Sequence[int]) -> NativeCall:
+        """This kernel's call on `handles` with `vals` as a function address and int64 words (for a
+        worker's native loop: runtime/workers.py)."""
+        return NativeCall(self.address, (*host_addresses(self.name, "LLVM (host)", handles), *map(int, vals)))
+
     def __call__(self, *handles: HostMemory, vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        for handle in handles:
-            if not isinstance(handle, HostMemory):
-                raise TypeError(f"{self.name}: expected LLVM (host) buffers, got {type(handle).__name__}")
+        arguments = host_addresses(self.name, "LLVM (host)", handles) + [int(value) for value in vals]
         arity = (len(handles), len(vals))
         function = self.functions.get(arity)
         if function is None:
             function = self.functions[arity] = _function_type(*arity)(self.address)
-        arguments = [handle.address for handle in handles] + [int(value) for value in vals]
         start = time.perf_counter()
         function(*arguments)
         return time.perf_counter() - start if wait else None

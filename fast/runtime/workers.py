@@ -2,17 +2,32 @@
 
 A thread pool hands work over through a condition variable: on virtual machines a sleeping thread
 takes 100-500 µs to wake, which is a tenth of a 4 ms kernel. A `Crew` keeps its workers polling a
-shared generation counter in native code (GIL released) for a short while after each job, so the
-next job starts almost at once; a worker that saw nothing for `SPINS` polls sleeps on an Event,
-which `post` also sets (the counter stays the source of truth, the Event is only a doorbell).
+shared generation counter in native code (GIL released) for `config.worker_spin_us` (WORKER_SPIN_US,
+2 ms by default) after each job, so the next job of a loop of realizes starts almost at once; a
+worker that saw nothing for that long sleeps on an Event, which posting also sets (the counter stays
+the source of truth, the Event is only a doorbell). A worker woken by its doorbell's timeout, with
+no job, sleeps again at once: an idle process does not poll.
 
-Polling is bounded (`SPINS`) on both sides, so an oversubscribed machine, where the other thread
-is not running, costs at most that much busy time before falling back to sleeping.
-The polling loop is a tiny function JIT-compiled with llvmlite (already a dependency): `spin(p,
-old, limit)` returns the int64 at `p` once it differs from `old`, or after `limit` polls. Without
-llvmlite, `crew()` returns None and callers use a plain thread pool. Protocol per worker: the caller
-stores the job, then bumps `flags[0]`; the worker runs it and stores the generation in `flags[1]`.
-The job object is read and written with the GIL held, which orders it with the counters.
+Native jobs. A kernel share is posted as a `NativeCall` (a function address and its integer
+arguments) when the program offers one: the worker's polling loop calls it itself and publishes
+the finished generation, without returning to Python. Neither side then takes the GIL between the
+post and the end of the share; a worker that had to take it would sleep on the GIL's condition
+variable while the caller holds it, and wake 100-200 µs late (measured on the 2-core Xeon: the
+caller waited 0.15-0.18 ms for the other share of a 3 ms row sum). Every kernel parameter is a
+pointer or an int64, which the C ABIs of x86-64 and AArch64 pass alike in integer registers, so one
+calling loop serves every kernel of up to `MAX_NATIVE_ARGS` parameters; on other machines, and for
+longer parameter lists, shares are Python calls.
+
+The polling loops are JIT-compiled with llvmlite (already a dependency); without it, `crew()`
+returns None and callers use a plain thread pool. Polling is bounded in time on both sides (the
+caller waiting for a share polls as long, then sleeps), so an oversubscribed machine costs at most
+that much busy time. The budget is converted to polls once per process (`polls_per_us`: a
+calibration of the loop, whose `pause` takes 10-150 cycles by CPU).
+
+Protocol, per worker, over int64 words (`_Worker.words`): the caller writes the job (the function
+address, 0 for a Python job, the argument count and the arguments), then publishes the generation
+in word 0 with a release store; the worker runs the job and publishes the generation in word 1.
+A Python job's callable travels in `_Worker.job`, read and written with the GIL held.
 """
 from __future__ import annotations
 
@@ -20,21 +35,51 @@ import ctypes
 import functools
 import platform
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-SPINS = 4_000  # polls a worker (or a caller waiting for a share) makes before sleeping: ~0.1 ms
+from fast import config
 
-_SPIN_IR = """
+CALIBRATION_POLLS = 20_000  # polls timed once per process to convert WORKER_SPIN_US to polls
+MAX_NATIVE_ARGS = 40  # kernels with more parameters run their shares as Python calls
+_POSTED, _FINISHED, _FUNCTION, _COUNT, _ARGS = 0, 1, 2, 3, 4  # the job words
+
+
+@dataclass(frozen=True)
+class NativeCall:
+    """A call of the native function at `address` with int64/pointer `arguments` (no GIL needed)."""
+
+    address: int
+    arguments: tuple[int, ...]
+
+
+PythonCall = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+Job = NativeCall | PythonCall
+
+
+def _ir(pause: str, declare: str) -> str:
+    """The module: `fast_spin` (poll a word), `fast_publish` (release store), `fast_serve` (a
+    worker's loop: poll for a job, run native jobs, return on a Python job or when idle)."""
+    cases = " ".join(f"i64 {count}, label %call{count}" for count in range(MAX_NATIVE_ARGS + 1))
+    calls = []
+    for count in range(MAX_NATIVE_ARGS + 1):
+        loads = [f"  %p{count}_{k} = getelementptr i64, ptr %job, i64 {_ARGS + k}\n"
+                 f"  %a{count}_{k} = load i64, ptr %p{count}_{k}, align 8" for k in range(count)]
+        arguments = ", ".join(f"i64 %a{count}_{k}" for k in range(count))
+        calls.append(f"call{count}:\n" + "".join(line + "\n" for line in loads)
+                     + f"  call void %f({arguments})\n  br label %done")
+    return f"""
 {declare}
 define i64 @fast_spin(ptr %p, i64 %old, i64 %limit) {{
 entry:
   br label %loop
 loop:
   %i = phi i64 [ 0, %entry ], [ %next, %again ]
-  %v = load volatile i64, ptr %p, align 8
+  %v = load atomic i64, ptr %p acquire, align 8
   %changed = icmp ne i64 %v, %old
   br i1 %changed, label %done, label %again
 again:
@@ -43,78 +88,179 @@ again:
   %more = icmp slt i64 %next, %limit
   br i1 %more, label %loop, label %done
 done:
-  %r = load volatile i64, ptr %p, align 8
+  %r = load atomic i64, ptr %p acquire, align 8
   ret i64 %r
+}}
+
+define void @fast_publish(ptr %p, i64 %value) {{
+  store atomic i64 %value, ptr %p release, align 8
+  ret void
+}}
+
+define i64 @fast_serve(ptr %job, i64 %seen0, i64 %first, i64 %idle) {{
+entry:
+  %finished = getelementptr i64, ptr %job, i64 {_FINISHED}
+  %function = getelementptr i64, ptr %job, i64 {_FUNCTION}
+  %count = getelementptr i64, ptr %job, i64 {_COUNT}
+  br label %wait
+wait:
+  %seen = phi i64 [ %seen0, %entry ], [ %v, %done ]
+  %limit = phi i64 [ %first, %entry ], [ %idle, %done ]
+  br label %poll
+poll:
+  %i = phi i64 [ 0, %wait ], [ %next, %again ]
+  %v = load atomic i64, ptr %job acquire, align 8
+  %changed = icmp ne i64 %v, %seen
+  br i1 %changed, label %got, label %again
+again:
+  {pause}
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %limit
+  br i1 %more, label %poll, label %quiet
+quiet:
+  ret i64 %seen
+got:
+  %fn = load i64, ptr %function, align 8
+  %python = icmp eq i64 %fn, 0
+  br i1 %python, label %handback, label %native
+handback:
+  ret i64 %v
+native:
+  %f = inttoptr i64 %fn to ptr
+  %n = load i64, ptr %count, align 8
+  switch i64 %n, label %handback [ {cases} ]
+{chr(10).join(calls)}
+done:
+  store atomic i64 %v, ptr %finished release, align 8
+  br label %wait
 }}
 """
 
 
+@dataclass(frozen=True)
+class Natives:
+    """The JIT-compiled loops (each call releases the GIL); `engine` keeps their code alive."""
+
+    spin: Callable[[int, int, int], int]
+    publish: Callable[[int, int], None]
+    serve: Callable[[int, int, int, int], int]
+    native_jobs: bool  # whether kernels may be called with int64 words (see the module docstring)
+    engine: Any
+
+
 @functools.lru_cache(maxsize=1)
-def spin_function() -> Callable[[int, int, int], int] | None:
-    """The JIT-compiled polling loop (GIL released while it runs), or None without llvmlite."""
+def natives() -> Natives | None:
+    """The polling loops, compiled once per process, or None without llvmlite."""
     try:
         import llvmlite.binding as llvm
     except ImportError:
         return None
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    machine_name = platform.machine().lower()
+    x86 = machine_name in ("x86_64", "amd64")
     pause = ("call void @llvm.x86.sse2.pause()", "declare void @llvm.x86.sse2.pause()") if x86 else ("", "")
-    module = llvm.parse_assembly(_SPIN_IR.format(pause=pause[0], declare=pause[1]))
-    machine = llvm.Target.from_default_triple().create_target_machine()
-    engine = llvm.create_mcjit_compiler(module, machine)
+    module = llvm.parse_assembly(_ir(*pause))
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine(opt=0))
     engine.finalize_object()
-    address = engine.get_function_address("fast_spin")
-    function = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(address)
-    function._engine = engine  # type: ignore[attr-defined]  # keep the code alive
-    return function  # type: ignore[no-any-return]
+    i64, void_p = ctypes.c_int64, ctypes.c_void_p
+    spin = ctypes.CFUNCTYPE(i64, void_p, i64, i64)(engine.get_function_address("fast_spin"))
+    publish = ctypes.CFUNCTYPE(None, void_p, i64)(engine.get_function_address("fast_publish"))
+    serve = ctypes.CFUNCTYPE(i64, void_p, i64, i64, i64)(engine.get_function_address("fast_serve"))
+    native_jobs = ctypes.sizeof(void_p) == 8 and machine_name in ("x86_64", "amd64", "aarch64", "arm64")
+    return Natives(spin, publish, serve, native_jobs, engine)
+
+
+def spin_function() -> Callable[[int, int, int], int] | None:
+    """`spin(p, old, limit)`: the int64 at `p` once it differs from `old`, or after `limit` polls."""
+    loops = natives()
+    return None if loops is None else loops.spin
+
+
+@functools.lru_cache(maxsize=1)
+def polls_per_us() -> float:
+    """How many polls of `spin_function()` take one microsecond on this machine (best of three)."""
+    spin = spin_function()
+    if spin is None:
+        return 1.0
+    idle = np.zeros(1, dtype=np.int64)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        spin(idle.ctypes.data, 0, CALIBRATION_POLLS)
+        best = min(best, time.perf_counter() - start)
+    return CALIBRATION_POLLS / max(best * 1e6, 1.0)
+
+
+def idle_polls() -> int:
+    """Polls that last `config.worker_spin_us` (at least one)."""
+    return max(1, int(config.get().worker_spin_us * polls_per_us()))
 
 
 class _Worker:
-    """One polling thread; `flags[0]`: generation posted, `flags[1]`: generation finished."""
+    """One polling thread and its job words (see the module docstring)."""
 
-    def __init__(self, spin: Callable[[int, int, int], int]) -> None:
-        self.spin = spin
-        self.flags = np.zeros(2, dtype=np.int64)
-        self.posted = self.flags.ctypes.data
-        self.finished = self.posted + 8
-        self.job: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None = None
+    def __init__(self, loops: Natives) -> None:
+        self.loops = loops
+        self.words = np.zeros(_ARGS + MAX_NATIVE_ARGS, dtype=np.int64)
+        self.address = self.words.ctypes.data
+        self.job: PythonCall | None = None
         self.error: BaseException | None = None
         self.doorbell = threading.Event()
-        self.done = threading.Event()
+        self.done = threading.Event()  # set when a Python job ends (native jobs only publish)
         threading.Thread(target=self._loop, name="fast-share", daemon=True).start()
 
     def _loop(self) -> None:
-        seen = 0
+        seen, first = 0, 1
         while True:
-            generation = self.spin(self.posted, seen, SPINS)
-            if generation == seen:
-                self.doorbell.clear()
-                if int(self.flags[0]) == seen:
-                    self.doorbell.wait(0.1)
-                continue
+            generation = self.loops.serve(self.address, seen, first, idle_polls())
             seen = generation
-            function, args, kwargs = self.job  # type: ignore[misc]
-            try:
-                function(*args, **kwargs)
-            except BaseException as error:  # noqa: BLE001 - handed to the caller by `wait`
-                self.error = error
-            self.flags[1] = generation
-            self.done.set()
+            if int(self.words[_FINISHED]) != generation:  # handed back: a Python job
+                self._run_python(generation)
+                first = idle_polls()
+                continue
+            self.doorbell.clear()  # idle since the last job (or since waking): sleep
+            if int(self.words[_POSTED]) == seen:
+                self.doorbell.wait(0.1)
+            first = 1  # after sleeping, look once: poll only after a job
 
-    def post(self, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-        self.job, self.error = (function, args, kwargs), None
-        self.done.clear()
-        generation = int(self.flags[0]) + 1
-        self.flags[0] = generation
+    def _run_python(self, generation: int) -> None:
+        function, args, kwargs = self.job  # type: ignore[misc]
+        try:
+            function(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller by `wait`
+            self.error = error
+        self.loops.publish(self.address + 8 * _FINISHED, generation)
+        self.done.set()
+
+    def post(self, job: Job) -> int:
+        """Hand `job` to the worker; returns its generation (for `wait`)."""
+        self.error = None
+        if isinstance(job, NativeCall):
+            count = len(job.arguments)
+            self.words[_FUNCTION], self.words[_COUNT] = job.address, count
+            self.words[_ARGS:_ARGS + count] = job.arguments
+            self.job = None
+        else:
+            self.words[_FUNCTION], self.job = 0, job
+            self.done.clear()
+        generation = int(self.words[_POSTED]) + 1
+        self.loops.publish(self.address + 8 * _POSTED, generation)
         self.doorbell.set()
         return generation
 
     def wait(self, generation: int) -> None:
-        """Poll for the share a while (it usually ends within microseconds of ours), then sleep."""
-        if self.spin(self.finished, generation - 1, SPINS) != generation:
-            while not self.done.wait(0.1):
-                pass
+        """Poll for the job's end a while (a share usually ends within microseconds of the caller's
+        own), then sleep: on the Event for a Python job, in growing naps for a native one."""
+        finished = self.address + 8 * _FINISHED
+        if self.loops.spin(finished, generation - 1, idle_polls()) != generation:
+            nap = 50e-6
+            while self.loops.spin(finished, generation - 1, 1) != generation:
+                if self.job is not None:
+                    self.done.wait(0.1)
+                else:
+                    time.sleep(nap)
+                    nap = min(2 * nap, 1e-3)
         if self.error is not None:
             raise self.error
 
@@ -122,17 +268,24 @@ class _Worker:
 class Crew:
     """`size` polling workers; `lock` makes one caller at a time (others use a thread pool)."""
 
-    def __init__(self, size: int, spin: Callable[[int, int, int], int]) -> None:
-        self.workers = [_Worker(spin) for _ in range(size)]
+    def __init__(self, size: int, loops: Natives) -> None:
+        self.workers = [_Worker(loops) for _ in range(size)]
+        self.native_jobs = loops.native_jobs
         self.lock = threading.Lock()
 
-    def run(self, calls: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]]) -> None:
-        """Run calls[1:] on the workers and calls[0] here; wait for all, then raise the first error."""
-        posted = [worker.post(*call) for worker, call in zip(self.workers, calls[1:], strict=False)]
+    def accepts(self, call: NativeCall) -> bool:
+        """Whether `call` may be posted as a native job here."""
+        return self.native_jobs and len(call.arguments) <= MAX_NATIVE_ARGS
+
+    def run(self, first: Callable[[], Any], jobs: list[Job]) -> None:
+        """Post `jobs` to the workers (at most one each), run `first` here, wait for all, then raise
+        the first error. Post a `NativeCall` only if `accepts` it."""
+        if len(jobs) > len(self.workers):
+            raise ValueError(f"Crew.run: {len(jobs)} jobs for {len(self.workers)} workers")
+        posted = [worker.post(job) for worker, job in zip(self.workers, jobs, strict=False)]
         error: BaseException | None = None
         try:
-            function, args, kwargs = calls[0]
-            function(*args, **kwargs)
+            first()
         except BaseException as raised:  # noqa: BLE001 - raised after every share finished
             error = raised
         for worker, generation in zip(self.workers, posted, strict=False):
@@ -150,10 +303,10 @@ _CREWS_LOCK = threading.Lock()
 
 def crew(size: int) -> Crew | None:
     """The process's crew of `size` workers (made on first use), or None without llvmlite."""
-    spin = spin_function()
-    if spin is None:
+    loops = natives()
+    if loops is None:
         return None
     with _CREWS_LOCK:
         if size not in _CREWS:
-            _CREWS[size] = Crew(size, spin)
+            _CREWS[size] = Crew(size, loops)
         return _CREWS[size]
