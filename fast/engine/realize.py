@@ -34,7 +34,7 @@ from fast.codegen import format_program, lower
 from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
 from fast.device import Buffer, Device
-from fast.engine import fma_guard, replay
+from fast.engine import fma_guard, replay, replay_lanes
 from fast.engine.dumps import dump_stages, format_ast
 from fast.engine.items import require_allocated, run_copy, run_custom
 from fast.engine.programs import ProgramCache
@@ -340,7 +340,9 @@ def _replay(template: replay.Template, signature: replay.Signature) -> bool:
     if not same_values and bits is None:
         return False
     if not plain:
-        run_schedule(replay.instantiate(template, signature), template.plans)
+        if not (same_values and config.get().debug < 2 and not dump_stages()
+                and replay_lanes.run(template, signature, get_kernel, runnable)):
+            run_schedule(replay.instantiate(template, signature), template.plans)
         return True
     buffers = replay.buffers_of(template, signature)
     kernels = template.kernels if bits is None and template.kernels else _template_kernels(template, buffers, bits)

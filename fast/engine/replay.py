@@ -67,8 +67,9 @@ class Template:
     consts: tuple[ConstKey, ...] = ()
     slot_maps: tuple[tuple[int, ...], ...] = ()
     structures: tuple[Any, ...] = ()
-    kernels: list[Any] = field(default_factory=list, compare=False)  # per item, found on first replay
+    kernels: list[Any] = field(default_factory=list, compare=False)  # per item, (kernel, constants) or None (a copy)
     plans: list[Any] = field(default_factory=list, compare=False)  # its lane plan, found on first replay
+    native: list[Any] = field(default_factory=list, compare=False)  # its replay_lanes plan, found from `plans`
 
 
 _REPLAYABLE = frozenset(id(op) for kind in (*_ELEMENTWISE, ReduceOps) for op in kind) | {id(LoadOps.CONST)}

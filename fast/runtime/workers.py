@@ -24,9 +24,11 @@ caller waiting for a share polls as long, then sleeps), so an oversubscribed mac
 that much busy time. The budget is converted to polls once per process (`polls_per_us`: a
 calibration of the loop, whose `pause` takes 10-150 cycles by CPU).
 
-Protocol, per worker, over int64 words (`_Worker.words`): the caller writes the job (the function
-address, 0 for a Python job, the argument count and the arguments), then publishes the generation
-in word 0 with a release store; the worker runs the job and publishes the generation in word 1.
+Protocol, per worker, over int64 words (`_Worker.words`): the caller writes the job (the number of
+native calls, 0 for a Python job, then per call the function address, the argument count and the
+arguments), then publishes the generation in word 0 with a release store; the worker runs the job
+and publishes the generation in word 1. A `NativeBatch` (one device's kernels, in order) runs its
+calls one after another.
 A Python job's callable travels in `_Worker.job`, read and written with the GIL held.
 """
 from __future__ import annotations
@@ -36,7 +38,7 @@ import functools
 import platform
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +47,9 @@ import numpy as np
 from fast import config
 
 CALIBRATION_POLLS = 20_000  # polls timed once per process to convert WORKER_SPIN_US to polls
-MAX_NATIVE_ARGS = 40  # kernels with more parameters run their shares as Python calls
-_POSTED, _FINISHED, _FUNCTION, _COUNT, _ARGS = 0, 1, 2, 3, 4  # the job words
+MAX_NATIVE_ARGS = 40  # a kernel with more parameters runs its share as a Python call
+JOB_WORDS = 512  # room for a worker's native calls: two words per call plus its arguments
+_POSTED, _FINISHED, _CALLS, _FIRST_CALL = 0, 1, 2, 3  # the job words (then function, count, arguments per call)
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,19 @@ class NativeCall:
     arguments: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class NativeBatch:
+    """Native calls that one worker makes one after another (the kernels of one device's lane)."""
+
+    calls: tuple[NativeCall, ...]
+
+    def words(self) -> int:
+        """The job words the calls take."""
+        return sum(2 + len(call.arguments) for call in self.calls)
+
+
 PythonCall = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
-Job = NativeCall | PythonCall
+Job = NativeCall | NativeBatch | PythonCall
 
 
 def _ir(pause: str, declare: str) -> str:
@@ -67,11 +81,11 @@ def _ir(pause: str, declare: str) -> str:
     cases = " ".join(f"i64 {count}, label %call{count}" for count in range(MAX_NATIVE_ARGS + 1))
     calls = []
     for count in range(MAX_NATIVE_ARGS + 1):
-        loads = [f"  %p{count}_{k} = getelementptr i64, ptr %job, i64 {_ARGS + k}\n"
-                 f"  %a{count}_{k} = load i64, ptr %p{count}_{k}, align 8" for k in range(count)]
+        loads = [f"  %i{count}_{k} = add i64 %base, {k}\n"
+                 f"  %p{count}_{k} = getelementptr i64, ptr %job, i64 %i{count}_{k}\n"
+                 f"  %a{count}_{k} = load i64, ptr %p{count}_{k}, align 8\n" for k in range(count)]
         arguments = ", ".join(f"i64 %a{count}_{k}" for k in range(count))
-        calls.append(f"call{count}:\n" + "".join(line + "\n" for line in loads)
-                     + f"  call void %f({arguments})\n  br label %done")
+        calls.append(f"call{count}:\n{''.join(loads)}  call void %f({arguments})\n  br label %after")
     return f"""
 {declare}
 define i64 @fast_spin(ptr %p, i64 %old, i64 %limit) {{
@@ -100,8 +114,7 @@ define void @fast_publish(ptr %p, i64 %value) {{
 define i64 @fast_serve(ptr %job, i64 %seen0, i64 %first, i64 %idle) {{
 entry:
   %finished = getelementptr i64, ptr %job, i64 {_FINISHED}
-  %function = getelementptr i64, ptr %job, i64 {_FUNCTION}
-  %count = getelementptr i64, ptr %job, i64 {_COUNT}
+  %calls = getelementptr i64, ptr %job, i64 {_CALLS}
   br label %wait
 wait:
   %seen = phi i64 [ %seen0, %entry ], [ %v, %done ]
@@ -120,16 +133,28 @@ again:
 quiet:
   ret i64 %seen
 got:
-  %fn = load i64, ptr %function, align 8
-  %python = icmp eq i64 %fn, 0
-  br i1 %python, label %handback, label %native
+  %ncalls = load i64, ptr %calls, align 8
+  %python = icmp eq i64 %ncalls, 0
+  br i1 %python, label %handback, label %call
 handback:
   ret i64 %v
-native:
+call:
+  %c = phi i64 [ 0, %got ], [ %c1, %after ]
+  %pos = phi i64 [ {_FIRST_CALL}, %got ], [ %pos1, %after ]
+  %fp = getelementptr i64, ptr %job, i64 %pos
+  %fn = load i64, ptr %fp, align 8
   %f = inttoptr i64 %fn to ptr
-  %n = load i64, ptr %count, align 8
-  switch i64 %n, label %handback [ {cases} ]
+  %npos = add i64 %pos, 1
+  %np = getelementptr i64, ptr %job, i64 %npos
+  %n = load i64, ptr %np, align 8
+  %base = add i64 %pos, 2
+  switch i64 %n, label %after [ {cases} ]
 {chr(10).join(calls)}
+after:
+  %pos1 = add i64 %base, %n
+  %c1 = add i64 %c, 1
+  %more_calls = icmp slt i64 %c1, %ncalls
+  br i1 %more_calls, label %call, label %done
 done:
   store atomic i64 %v, ptr %finished release, align 8
   br label %wait
@@ -202,7 +227,7 @@ class _Worker:
 
     def __init__(self, loops: Natives) -> None:
         self.loops = loops
-        self.words = np.zeros(_ARGS + MAX_NATIVE_ARGS, dtype=np.int64)
+        self.words = np.zeros(_FIRST_CALL + JOB_WORDS, dtype=np.int64)
         self.address = self.words.ctypes.data
         self.job: PythonCall | None = None
         self.error: BaseException | None = None
@@ -236,18 +261,25 @@ class _Worker:
     def post(self, job: Job) -> int:
         """Hand `job` to the worker; returns its generation (for `wait`)."""
         self.error = None
-        if isinstance(job, NativeCall):
-            count = len(job.arguments)
-            self.words[_FUNCTION], self.words[_COUNT] = job.address, count
-            self.words[_ARGS:_ARGS + count] = job.arguments
+        if isinstance(job, NativeCall | NativeBatch):
+            self._write_calls(job.calls if isinstance(job, NativeBatch) else (job,))
             self.job = None
         else:
-            self.words[_FUNCTION], self.job = 0, job
+            self.words[_CALLS], self.job = 0, job
             self.done.clear()
         generation = int(self.words[_POSTED]) + 1
         self.loops.publish(self.address + 8 * _POSTED, generation)
         self.doorbell.set()
         return generation
+
+    def _write_calls(self, calls: tuple[NativeCall, ...]) -> None:
+        words, position = self.words, _FIRST_CALL
+        for call in calls:
+            count = len(call.arguments)
+            words[position], words[position + 1] = call.address, count
+            words[position + 2:position + 2 + count] = call.arguments
+            position += 2 + count
+        words[_CALLS] = len(calls)
 
     def wait(self, generation: int) -> None:
         """Poll for the job's end a while (a share usually ends within microseconds of the caller's
@@ -273,11 +305,13 @@ class Crew:
         self.native_jobs = loops.native_jobs
         self.lock = threading.Lock()
 
-    def accepts(self, call: NativeCall) -> bool:
-        """Whether `call` may be posted as a native job here."""
-        return self.native_jobs and len(call.arguments) <= MAX_NATIVE_ARGS
+    def accepts(self, job: NativeCall | NativeBatch) -> bool:
+        """Whether `job` may be posted as a native job here."""
+        batch = job if isinstance(job, NativeBatch) else NativeBatch((job,))
+        return self.native_jobs and 0 < len(batch.calls) and batch.words() <= JOB_WORDS \
+            and all(len(call.arguments) <= MAX_NATIVE_ARGS for call in batch.calls)
 
-    def run(self, first: Callable[[], Any], jobs: list[Job]) -> None:
+    def run(self, first: Callable[[], Any], jobs: Sequence[Job]) -> None:
         """Post `jobs` to the workers (at most one each), run `first` here, wait for all, then raise
         the first error. Post a `NativeCall` only if `accepts` it."""
         if len(jobs) > len(self.workers):

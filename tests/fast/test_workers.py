@@ -54,6 +54,31 @@ def test_native_job_passes_every_argument_in_order(team: workers.Crew) -> None:
     assert int(out[0]) == sum((k + 1) * value for k, value in enumerate(values))
 
 
+def test_native_batch_runs_its_calls_in_order(team: workers.Crew) -> None:
+    """Three calls of different lengths in one job, the later ones over what the earlier wrote."""
+    program = weighted_sum_program()
+    out = np.zeros(3, dtype=np.int64)
+    buffer = np.zeros(8, dtype=np.uint8)
+    values = tuple(range(1, ARGUMENTS + 1))
+    batch = workers.NativeBatch((
+        workers.NativeCall(libc_address("memset"), (buffer.ctypes.data, 5, buffer.size)),
+        workers.NativeCall(program.address, (out.ctypes.data + 8, *values)),
+        workers.NativeCall(libc_address("memcpy"), (out.ctypes.data, out.ctypes.data + 8, 8)),
+    ))
+    assert team.accepts(batch)
+    run_alone(team, lambda: None, [batch])
+    expected = sum((k + 1) * value for k, value in enumerate(values))
+    assert (buffer == 5).all() and out.tolist() == [expected, expected, 0]
+
+
+def test_native_batches_beyond_the_job_words_are_not_accepted(team: workers.Crew) -> None:
+    call = workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS)))
+    fitting = workers.JOB_WORDS // (2 + workers.MAX_NATIVE_ARGS)
+    assert team.accepts(workers.NativeBatch((call,) * fitting))
+    assert not team.accepts(workers.NativeBatch((call,) * (fitting + 1)))
+    assert not team.accepts(workers.NativeBatch(()))
+
+
 def test_native_calls_beyond_the_limit_are_not_accepted(team: workers.Crew) -> None:
     assert not team.accepts(workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS + 1))))
 
