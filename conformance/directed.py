@@ -7,6 +7,7 @@ to one shard and pad back, a masked constant behind a reshape and expand, the st
 assign, row kernels (softmax, layernorm, several outputs), output widths the vector lanes do not
 divide (vector tails: a scalar loop finishes the row; on every device kind), matrix products large
 enough for fused multiply-adds, with and without overflowing products (on every device kind),
+sharded structures realized three times (replays with native lanes),
 symbolic shapes (bound Variables, each program replayed under three bindings, edges included; on
 every device kind), and (when DISK is enabled) copies through DISK views.
 """
@@ -189,6 +190,27 @@ def fused_products(cfg: GenConfig) -> list[Program]:
     return out
 
 
+def replayed_shards(cfg: GenConfig) -> list[Program]:
+    """A sharded structure realized three times over fresh leaves, large enough (over 1 MB per
+    device) for the devices to run in lanes: scheduled, then replayed through `run_schedule` (which
+    makes the lane plan), then replayed with the other lanes as native jobs (fast/engine/
+    replay_lanes.py). Over the shard axis (an all-reduce; with three devices its first copy waits
+    across lanes) and along it (a split reduction per device), on two and three devices."""
+    out = []
+    for count in sorted({2, min(3, cfg.max_devices)}):
+        if count > cfg.max_devices:
+            continue
+        devices = cfg.shard_devices(count)
+        steps: list[Step] = []
+        for repeat in range(3):
+            base = len(steps)
+            steps += [_random("float32", (count, 300_007), 70 + repeat, devices[0]), Shard(base, devices, 0),
+                      Elementwise("MUL", (base + 1, base + 1)), Reduce(base + 2, "SUM", (0,)), Fetch(base + 3),
+                      Elementwise("ADD", (base + 1, base + 2)), Reduce(base + 5, "MAX", (1,)), Fetch(base + 6)]
+        out.append(Program(tuple(steps)))
+    return out
+
+
 def symbolic(cfg: GenConfig) -> list[Program]:
     """On every device kind, each under three bindings: a softmax over `n` of 8 rows (a row kernel);
     a window `(n, 8)` whose offset moves, summed and maxed over to nothing at n = 8 (the empty axis);
@@ -238,4 +260,4 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
-            *row_kernels(dev), *output_tails(cfg), *fused_products(cfg), *symbolic(cfg), *disk(cfg)]
+            *row_kernels(dev), *output_tails(cfg), *fused_products(cfg), *replayed_shards(cfg), *symbolic(cfg), *disk(cfg)]

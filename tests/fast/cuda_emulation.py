@@ -7,8 +7,10 @@ as thread-local structs, `__int_as_float`, the math functions as GCC builtins), 
 generated from the kernel's signature runs the kernel once per (block, thread) of the launch, one
 after another: `fast_emu_launch(buffers, values, grid, block, reverse)`. A kernel that uses
 `__syncthreads()` (a block reduction) gets `FIBERS` linked in: its blocks run one after another,
-each thread of a block as a fiber that runs until its next barrier (`__shared__` is `static`: one
-array, used by one block at a time). Flags as the C devices use
+each thread of a block as a fiber that runs until its next barrier (`__shared__` is `static
+thread_local`: one array per OS thread, used by one block at a time; the fiber scheduler's state is
+thread-local too, so lanes of a multi-device schedule may launch emulated kernels concurrently,
+even the same kernel library loaded for two devices). Flags as the C devices use
 (`-ffp-contract=off`: no FMA contraction, like NVRTC's `--fmad=false`), at `-O1`.
 
 What it proves: the CUDA source is valid C++ with the C renderer's semantics, and its grid-stride
@@ -59,7 +61,7 @@ SHIM = r"""#define __global__
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+#define __shared__ static thread_local
 struct fast_emu_dim3 { unsigned x, y, z; };
 static thread_local fast_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define memcpy __builtin_memcpy
@@ -90,12 +92,12 @@ extern "C" void fast_emu_set_thread(unsigned);
 namespace {
 struct Fiber { ucontext_t context; bool done = false; };
 const unsigned long STACK = 1ul << 16;  /* bytes per fiber, allocated once per launch and never cleared */
-ucontext_t scheduler;
-std::vector<Fiber>* fibers;
-Fiber* current;
-void** launch_buffers;
-const long long* launch_values;
-unsigned launch_grid, launch_block, launch_b;
+thread_local ucontext_t scheduler;
+thread_local std::vector<Fiber>* fibers;
+thread_local Fiber* current;
+thread_local void** launch_buffers;
+thread_local const long long* launch_values;
+thread_local unsigned launch_grid, launch_block, launch_b;
 void run(int t) {
   fast_emu_thread(launch_buffers, launch_values, launch_grid, launch_block, launch_b, (unsigned)t);
   (*fibers)[t].done = true;

@@ -346,3 +346,16 @@ def test_block_reductions_of_every_kind(launch, shape, axis):
     np.testing.assert_array_equal(any_set, flags.any(axis, keepdims=True))
     np.testing.assert_array_equal(fast.to_numpy(fast.from_numpy(flags, "CUDA").r(ReduceOps.MAX, (axis,))), any_set)
     assert len(LAUNCHES) == 6 and all(launched.dims[1] == (LANES, 1, 1) for launched in LAUNCHES)  # block reductions
+
+
+def test_block_reductions_on_two_devices_at_once():
+    """Split reductions (block reductions behind `__syncthreads()`) on two emulated devices whose lanes
+    run concurrently: the same kernel library serves both, so its `__shared__` arrays and the fiber
+    scheduler must be per OS thread (they were process-wide, and this crashed)."""
+    data = RNG.uniform(-1, 1, (2, 300_007)).astype(np.float32)
+    with emulated_cuda(names=("CUDA", "CUDA:1")), config.override(parallel_devices=True, parallel_devices_min_work=0):
+        for _ in range(3):
+            sharded = fast.MultiLazyBuffer.from_sharded(fast.from_numpy(data, "CLANG"), ("CUDA", "CUDA:1"), 0)
+            fast.realize(sharded)
+            total = fast.to_numpy(sharded.e(BinaryOps.MUL, sharded).r(ReduceOps.SUM, (1,)))
+            np.testing.assert_allclose(total.ravel(), (data * data).sum(1), rtol=1e-4)
