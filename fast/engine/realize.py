@@ -3,8 +3,8 @@ items that are not kernels run in engine/items.py; stage names and AST text are 
 
 Pipeline of one kernel (`compile_item`, the one place that shows it whole):
     ast --lower--> LinearProgram --render--> source --compile_cached--> library --runtime--> Program
-Programs are cached per process (`PROGRAMS`, a bounded LRU: engine/programs.py), keyed by device
-and `ast_key(ast)`: identical graphs over other buffers give equal ASTs (schedule.py), so running a
+Programs are cached per process (`PROGRAMS`, a bounded LRU: engine/programs.py), keyed by device,
+the configuration lowering reads (`lowering_settings`) and `ast_key(ast)`: identical graphs over other buffers give equal ASTs (schedule.py), so running a
 graph again compiles nothing. An AST that differs from one already compiled only in the values of
 its constants (same structure, codegen/const_args.py) compiles once more, with every constant a
 kernel parameter, and that parametrized kernel serves every later value set (`get_kernel`).
@@ -66,16 +66,25 @@ class CompiledKernel:
     unfused: list[CompiledKernel] = field(default_factory=list, compare=False)  # memo of `runnable`
 
 
-# ("inline", device, structure, bits) -> a kernel with these constants inline;
-# ("params", device, structure) -> its parametrized kernel, or None: seen once, not yet compiled
+# ("inline", device, settings, structure, bits) -> a kernel with these constants inline;
+# ("params", device, settings, structure) -> its parametrized kernel, or None: seen once, not yet compiled.
+# `settings` (`lowering_settings()`): the configuration lowering reads, so a kernel compiled under
+# another NOOPT or PARALLEL_MIN_WORK (config.override mid-process) is never reused.
 PROGRAMS: ProgramCache[tuple[Any, ...], CompiledKernel | None] = ProgramCache()
-# (id(ast), device) -> (ast, its PROGRAMS key, get_kernel's answer): replayed schedules hand the same
+# (id(ast), device, settings) -> (ast, its PROGRAMS key, get_kernel's answer): replayed schedules hand the same
 # AST objects back, so their kernels are found without walking the AST again. The entry holds its
 # AST, so the id stays its own, and is used only while PROGRAMS still holds the kernel (an evicted
 # kernel is compiled again, as without the memo).
-AST_KERNELS: ProgramCache[tuple[int, str], tuple[LazyOp, tuple[Any, ...], tuple[CompiledKernel, tuple[int, ...]]]] \
-    = ProgramCache()
+_KernelMemo = tuple[LazyOp, tuple[Any, ...], tuple[CompiledKernel, tuple[int, ...]]]
+AST_KERNELS: ProgramCache[tuple[int, str, tuple[bool, int]], _KernelMemo] = ProgramCache()
 _CACHE_LOCK = threading.Lock()
+
+
+def lowering_settings() -> tuple[bool, int]:
+    """What lowering reads from the configuration (codegen/opt.py, codegen/lower.py): NOOPT and
+    PARALLEL_MIN_WORK. Part of every kernel cache key."""
+    settings = config.get()
+    return settings.noopt, settings.parallel_min_work
 
 
 def ast_key(ast: LazyOp) -> tuple[Any, ...]:
@@ -122,14 +131,14 @@ def get_kernel(device: str, ast: LazyOp) -> tuple[CompiledKernel, tuple[int, ...
     variables; empty for a kernel with its constants inline). The first AST of a structure compiles
     with its constants inline; another value set of that structure compiles the parametrized kernel
     once, which then serves every value set not compiled inline."""
-    memo_key = (id(ast), device)
+    memo_key = (id(ast), device, lowering_settings())
     with _CACHE_LOCK:
         memo = AST_KERNELS.get(memo_key)
         if memo is not None and memo[0] is ast and PROGRAMS.get(memo[1]) is memo[2][0]:
             return memo[2]
     structure, bits = kernel_keys(ast)
     found = kernel_for(device, ast, structure, bits, own_values=True)
-    key = ("params", device, structure) if found[1] else ("inline", device, structure, bits)
+    key = ("params", device, memo_key[2], structure) if found[1] else ("inline", device, memo_key[2], structure, bits)
     with _CACHE_LOCK:
         AST_KERNELS[memo_key] = (ast, key, found)
     return found
@@ -139,8 +148,9 @@ def uses_parameters(device: str, structure: Any, bits: tuple[int, ...]) -> bool:
     """Whether `get_kernel` would run the parametrized kernel for an AST of `structure` with
     constants `bits` (not compiled inline yet, and the structure was seen with other values)."""
     with _CACHE_LOCK:
-        return bool(bits) and ("inline", device, structure, bits) not in PROGRAMS \
-            and ("params", device, structure) in PROGRAMS
+        settings = lowering_settings()
+        return bool(bits) and ("inline", device, settings, structure, bits) not in PROGRAMS \
+            and ("params", device, settings, structure) in PROGRAMS
 
 
 def kernel_for(device: str, ast: LazyOp, structure: Any, bits: tuple[int, ...],
@@ -149,7 +159,8 @@ def kernel_for(device: str, ast: LazyOp, structure: Any, bits: tuple[int, ...],
     False the AST's own constants may differ from `bits` (a replayed schedule), so it is only ever
     compiled parametrized. Cache operations hold `_CACHE_LOCK` (lanes of engine/parallel.py look
     kernels up concurrently); compiles run outside it."""
-    inline_key, params_key = ("inline", device, structure, bits), ("params", device, structure)
+    settings = lowering_settings()
+    inline_key, params_key = ("inline", device, settings, structure, bits), ("params", device, settings, structure)
     with _CACHE_LOCK:
         kernel = PROGRAMS.get(inline_key)
         if kernel is not None:

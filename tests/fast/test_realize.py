@@ -185,3 +185,26 @@ def test_kernels_storing_zeros_of_either_sign_are_cached_apart() -> None:
     assert not np.signbit(positive).any() and np.signbit(negative).all()
     nan_bits = [to_numpy(template.const(value).contiguous()) for value in (float("nan"), float("inf"))]
     assert np.isnan(nan_bits[0]).all() and np.isinf(nan_bits[1]).all()
+
+
+def test_kernels_compiled_under_other_lowering_settings_are_not_reused() -> None:
+    """NOOPT and PARALLEL_MIN_WORK, changed mid-process, give kernels of their own (they change what
+    lowering makes); back to the first settings, the first kernel is found again."""
+    from fast.engine.realize import get_kernel
+    from fast.runtime import cpu
+
+    data = np.arange(64 * 48, dtype=np.float32).reshape(64, 48)
+    x = from_numpy(data, "CLANG")
+    ast = fast.schedule(x.e(BinaryOps.MUL, x).r(ReduceOps.SUM, (1,)))[-1].ast
+    optimized = get_kernel("CLANG", ast)[0]
+    with config.override(noopt=True):
+        plain = get_kernel("CLANG", ast)[0]
+        with config.override(parallel_min_work=1):
+            threaded = get_kernel("CLANG", ast)[0]
+    assert plain is not optimized and threaded is not plain and not plain.program.threaded and threaded.program.threaded
+    if cpu.vector_bytes() > 0:
+        assert "vfloat32" in optimized.source and "vfloat32" not in plain.source
+    assert get_kernel("CLANG", ast)[0] is optimized
+    with config.override(noopt=True):
+        np.testing.assert_allclose(to_numpy(x.e(BinaryOps.MUL, x).r(ReduceOps.SUM, (1,))).ravel(),
+                                   (data * data).sum(1), rtol=1e-6)
