@@ -106,19 +106,31 @@ class _Lowering:
             return b.index(IndexOps.MUL, self._render_int(node.a), self._render_int(node.b))
         if isinstance(node, (DivNode, ModNode)):
             divisor = as_node(node.b)
-            if divisor.min < 0 or divisor.max <= 0 or (not isinstance(divisor, NumNode) and node.a.min < 0):
+            if divisor.min < 0 or divisor.max <= 0:
                 raise ValueError(f"lower: cannot index with {node.render()} (divisor must be positive)")
-            nonneg = node.a.min >= 0
-            op = {(DivNode, True): IndexOps.NONNEG_DIV, (DivNode, False): IndexOps.FLOORDIV,
-                  (ModNode, True): IndexOps.NONNEG_MOD, (ModNode, False): IndexOps.FLOORMOD}[(type(node), nonneg)]
             numerator, rendered = self._render_int(node.a), self._render_int(divisor)
             if divisor.min == 0:  # a size that is 0 in some binding (nothing is read then): divide by max(d, 1)
                 small = b.index(IndexOps.CMPLT, rendered, b.const(1, INT64))
                 rendered = b.index(IndexOps.ADD, rendered, b.alu(UnaryOps.CAST, (small,), INT64))
+            if not isinstance(divisor, NumNode) and node.a.min < 0:
+                return self._shifted_floor(node, numerator, rendered, max(divisor.min, 1))
+            nonneg = node.a.min >= 0
+            op = {(DivNode, True): IndexOps.NONNEG_DIV, (DivNode, False): IndexOps.FLOORDIV,
+                  (ModNode, True): IndexOps.NONNEG_MOD, (ModNode, False): IndexOps.FLOORMOD}[(type(node), nonneg)]
             return b.index(op, numerator, rendered)
         if isinstance(node, (LtNode, AndNode)):
             return b.alu(UnaryOps.CAST, (self._render_bool(node),), INT64)
         raise ValueError(f"lower: unsupported index expression {node!r}")
+
+    def _shifted_floor(self, node: DivNode | ModNode, numerator: int, divisor: int, smallest: int) -> int:
+        """Floor division or modulo of a numerator that may be negative (down to `node.a.min`) by a
+        symbolic divisor of at least `smallest` >= 1: with k = ceil(-min / smallest), a + k*d >= 0, so
+        a // d = (a + k*d) // d - k and a % d = (a + k*d) % d, both with the non-negative ops."""
+        b, shift = self.builder, -(node.a.min // smallest)
+        shifted = b.index(IndexOps.ADD, numerator, b.index(IndexOps.MUL, b.const(shift, INT64), divisor))
+        if isinstance(node, ModNode):
+            return b.index(IndexOps.NONNEG_MOD, shifted, divisor)
+        return b.index(IndexOps.ADD, b.index(IndexOps.NONNEG_DIV, shifted, divisor), b.const(-shift, INT64))
 
     def _render_bool(self, node: Node) -> int:
         b = self.builder

@@ -4,10 +4,11 @@ items that are not kernels run in engine/items.py; stage names and AST text are 
 Pipeline of one kernel (`compile_item`, the one place that shows it whole):
     ast --lower--> LinearProgram --render--> source --compile_cached--> library --runtime--> Program
 Programs are cached per process (`PROGRAMS`, a bounded LRU: engine/programs.py), keyed by device,
-the configuration lowering reads (`lowering_settings`) and `ast_key(ast)`: identical graphs over other buffers give equal ASTs (schedule.py), so running a
-graph again compiles nothing. An AST that differs from one already compiled only in the values of
-its constants (same structure, codegen/const_args.py) compiles once more, with every constant a
-kernel parameter, and that parametrized kernel serves every later value set (`get_kernel`).
+the configuration lowering reads (`lowering_settings`) and `ast_key(ast)`: identical graphs over
+other buffers give equal ASTs (schedule.py), so running a graph again compiles nothing. An AST
+that differs from one already compiled only in the values of its constants (same structure,
+codegen/const_args.py) compiles once more, with every constant a kernel parameter, and that
+parametrized kernel serves every later value set (`get_kernel`).
 
 Diagnostics (read from `config.get()` at call time):
 - `debug` 1: one line per `realize` (items, kernels, time); 2: one line per item (device, kernel
