@@ -1,6 +1,7 @@
 """conformance: property-based proof that `fast` agrees with `reference` (SPEC §1, docs/semantics.md).
 
-Modules: `program` (the neutral program form and its runnable snippets), `analysis` and `layout`
+Modules: `program` (the neutral program form, its runnable snippets, and `StepVisitor`: one method
+per step class, which the driver, analysis, tolerance and coverage subclass), `analysis` and `layout`
 (static facts about each value; the SPEC §5 sharding rules), `strategies` (Hypothesis generators of
 valid and deliberately invalid programs, symbolic ones replayed under several bindings, plus
 focused ones for mutation tests), `tour` and

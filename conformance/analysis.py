@@ -34,6 +34,7 @@ from conformance.program import (
     Reduce,
     Shard,
     Step,
+    StepVisitor,
     SymShape,
 )
 from conformance.vocab import FLOATS, ITEMSIZE, TRANSCENDENTAL, is_disk, result_dtype
@@ -146,43 +147,69 @@ def _ints(shape: SymShape) -> Shape:
 
 def infer(step: Step, infos: list[Info | None]) -> Info | None:
     """The Info of the value `step` produces (None for Realize/Fetch)."""
-    def src(i: int) -> Info:
-        info = infos[i]
-        assert info is not None, f"step refers to {i}, which holds no value"
+    return _Inference(infos).visit(step)
+
+
+class _Inference(StepVisitor[Info | None]):
+    """`visit(step)`: the Info of the value a step produces, given the Infos of the steps before it."""
+
+    def __init__(self, infos: list[Info | None]) -> None:
+        self.infos = infos
+
+    def src(self, index: int) -> Info:
+        info = self.infos[index]
+        assert info is not None, f"step refers to {index}, which holds no value"
         return info
-    if isinstance(step, Leaf):
+
+    def visit_leaf(self, step: Leaf) -> Info:
         return Info(step.data.shape, step.data.dtype, device=step.device)
-    if isinstance(step, LoadConst):
+
+    def visit_load_const(self, step: LoadConst) -> Info:
         return Info(_ints(step.shape), step.dtype, device=step.device, const="const")
-    if isinstance(step, LoadEmpty):
+
+    def visit_load_empty(self, step: LoadEmpty) -> Info:
         return Info(_ints(step.shape), step.dtype, device=step.device, defined=False)
-    if isinstance(step, Custom):
+
+    def visit_custom(self, step: Custom) -> Info:
         return Info(_ints(step.shape), step.dtype, device=step.device, payload=False)
-    if isinstance(step, ConstLike):
-        base = src(step.src)
+
+    def visit_const_like(self, step: ConstLike) -> Info:
+        base = self.src(step.src)
         shape = base.shape if step.shape is None else _ints(step.shape)
         return Info(shape, base.dtype, device=base.device, layout=base.layout, const="const")
-    if isinstance(step, Elementwise):
-        return _elementwise(step, [src(i) for i in step.srcs])
-    if isinstance(step, Reduce):
-        return _reduce(step, src(step.src))
-    if isinstance(step, Movement):
-        return _movement(step, src(step.src))
-    if isinstance(step, Cast):
-        return _cast(step, src(step.src))
-    if isinstance(step, Contiguous):
-        return replace(src(step.src), const="")
-    if isinstance(step, Copy):
-        return _copy(step, src(step.src))
-    if isinstance(step, Shard):
-        base = src(step.src)
+
+    def visit_elementwise(self, step: Elementwise) -> Info:
+        return _elementwise(step, [self.src(i) for i in step.srcs])
+
+    def visit_reduce(self, step: Reduce) -> Info:
+        return _reduce(step, self.src(step.src))
+
+    def visit_movement(self, step: Movement) -> Info:
+        return _movement(step, self.src(step.src))
+
+    def visit_cast(self, step: Cast) -> Info:
+        return _cast(step, self.src(step.src))
+
+    def visit_contiguous(self, step: Contiguous) -> Info:
+        return replace(self.src(step.src), const="")
+
+    def visit_copy(self, step: Copy) -> Info:
+        return _copy(step, self.src(step.src))
+
+    def visit_shard(self, step: Shard) -> Info:
+        base = self.src(step.src)
         return replace(base, device="", layout=lay.shard(base.shape, step.devices, step.axis))
-    if isinstance(step, Assign):
-        value = src(step.value)
-        return replace(src(step.target), approx=value.approx, aux=value.aux, zero_sign=value.zero_sign,
+
+    def visit_assign(self, step: Assign) -> Info:
+        value = self.src(step.value)
+        return replace(self.src(step.target), approx=value.approx, aux=value.aux, zero_sign=value.zero_sign,
                        payload=value.payload, const="", defined=True)
-    assert isinstance(step, (Realize, Fetch)), step
-    return None
+
+    def visit_realize(self, step: Realize) -> None:
+        return None
+
+    def visit_fetch(self, step: Fetch) -> None:
+        return None
 
 
 def analyze(program: Program, run: int = 0) -> list[Info | None]:

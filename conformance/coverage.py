@@ -31,6 +31,7 @@ from conformance.program import (
     Reduce,
     Shard,
     Step,
+    StepVisitor,
     has_vars,
 )
 from conformance.vocab import BINARY, DTYPES, FLOATS, MOVEMENT, REDUCE, TERNARY, UNARY, int_range
@@ -126,43 +127,79 @@ def _movement_features(step: Movement, src: Info, program: Program, infos: list[
     return out
 
 
-def step_keys(step: Step, index: int, program: Program, infos: list[Info | None]) -> set[str]:  # noqa: C901
+def step_keys(step: Step, index: int, program: Program, infos: list[Info | None]) -> set[str]:
     """Coverage keys of one step that ran."""
     info = infos[index]
-    srcs = [infos[i] for i in step.refs()]
     out: set[str] = {f"dtype:{info.dtype}"} if info is not None else set()
     if info is not None and info.shape == () and not isinstance(step, (Realize, Fetch)):
         out.add("feature:scalar-0d")
-    if isinstance(step, Leaf):
-        out |= _data_features(step)
-    elif isinstance(step, (LoadConst, ConstLike)):
-        out.add("op:CONST")
-    elif isinstance(step, LoadEmpty):
-        out.add("feature:empty-loadop")
-    elif isinstance(step, Custom):
-        out.add("feature:custom")
-    elif isinstance(step, Elementwise):
-        out |= _elementwise_features(step, srcs, program)
-    elif isinstance(step, Reduce) and srcs[0] is not None:
-        out |= _reduce_features(step, srcs[0], program)
-    elif isinstance(step, Movement) and srcs[0] is not None:
-        out |= _movement_features(step, srcs[0], program, infos)
-    elif isinstance(step, Cast) and srcs[0] is not None:
-        out.add("op:BITCAST" if step.bitcast else "op:CAST")
+    return out | _StepKeys(index, program, infos, [infos[i] for i in step.refs()]).visit(step)
+
+
+class _StepKeys(StepVisitor[set[str]]):
+    """`visit(step)`: the keys of the step's own kind (what its operands' Infos `srcs` show); a step
+    whose operand has no Info (an invalid program's) adds none."""
+
+    def __init__(self, index: int, program: Program, infos: list[Info | None], srcs: list[Info | None]) -> None:
+        self.info, self.program, self.infos, self.srcs = infos[index], program, infos, srcs
+
+    def visit_other(self, step: Step) -> set[str]:
+        return set()  # Realize, Fetch
+
+    def visit_leaf(self, step: Leaf) -> set[str]:
+        return _data_features(step)
+
+    def visit_load_const(self, step: LoadConst) -> set[str]:
+        return {"op:CONST"}
+
+    def visit_const_like(self, step: ConstLike) -> set[str]:
+        return {"op:CONST"}
+
+    def visit_load_empty(self, step: LoadEmpty) -> set[str]:
+        return {"feature:empty-loadop"}
+
+    def visit_custom(self, step: Custom) -> set[str]:
+        return {"feature:custom"}
+
+    def visit_elementwise(self, step: Elementwise) -> set[str]:
+        return _elementwise_features(step, self.srcs, self.program)
+
+    def visit_reduce(self, step: Reduce) -> set[str]:
+        source = self.srcs[0]
+        return set() if source is None else _reduce_features(step, source, self.program)
+
+    def visit_movement(self, step: Movement) -> set[str]:
+        source = self.srcs[0]
+        return set() if source is None else _movement_features(step, source, self.program, self.infos)
+
+    def visit_cast(self, step: Cast) -> set[str]:
+        source = self.srcs[0]
+        if source is None:
+            return set()
+        out = {"op:BITCAST" if step.bitcast else "op:CAST"}
         out |= {"feature:bitcast"} if step.bitcast else set()
-        out |= {"feature:disk-bitcast"} if step.bitcast and srcs[0].disk else set()
-        out |= {"feature:cast-const"} if srcs[0].const == "const" else set()
-    elif isinstance(step, Copy) and srcs[0] is not None:
-        out.add("feature:multi-copy" if srcs[0].multi else "feature:copy")
-        out |= {"feature:disk-copy"} if info is not None and (info.disk or srcs[0].disk) else set()
+        out |= {"feature:disk-bitcast"} if step.bitcast and source.disk else set()
+        out |= {"feature:cast-const"} if source.const == "const" else set()
+        return out
+
+    def visit_copy(self, step: Copy) -> set[str]:
+        source, info = self.srcs[0], self.info
+        if source is None:
+            return set()
+        out = {"feature:multi-copy" if source.multi else "feature:copy"}
+        out |= {"feature:disk-copy"} if info is not None and (info.disk or source.disk) else set()
         out |= {"feature:copy-force"} if step.force else set()
-    elif isinstance(step, Shard) and info is not None:
-        out |= _shard_features(info)
-    elif isinstance(step, Assign) and srcs[0] is not None:
-        out |= {"feature:assign"} | ({"feature:multi-assign"} if srcs[0].multi else set())
-    elif isinstance(step, Contiguous):
-        out.add("op:CONTIGUOUS")
-    return out
+        return out
+
+    def visit_shard(self, step: Shard) -> set[str]:
+        return set() if self.info is None else _shard_features(self.info)
+
+    def visit_assign(self, step: Assign) -> set[str]:
+        source = self.srcs[0]
+        return set() if source is None else {"feature:assign"} | ({"feature:multi-assign"} if source.multi else set())
+
+    def visit_contiguous(self, step: Contiguous) -> set[str]:
+        return {"op:CONTIGUOUS"}
 
 
 def _elementwise_features(step: Elementwise, srcs: list[Info | None], program: Program) -> set[str]:

@@ -260,4 +260,5 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
-            *row_kernels(dev), *output_tails(cfg), *fused_products(cfg), *replayed_shards(cfg), *symbolic(cfg), *disk(cfg)]
+            *row_kernels(dev), *output_tails(cfg), *fused_products(cfg), *replayed_shards(cfg), *symbolic(cfg),
+            *disk(cfg)]

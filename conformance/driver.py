@@ -41,6 +41,7 @@ from conformance.program import (
     Reduce,
     Shard,
     Step,
+    StepVisitor,
     Var,
     bind_step,
     custom_function,
@@ -76,7 +77,9 @@ class Outcome:
     kernels_built: int | None = None  # kernels compiled or loaded during the replay (None: not counted)
 
 
-class _Replay:
+class _Replay(StepVisitor[Any]):
+    """One replay of a program (`run`); `visit(step)` applies one step (Fetch is `fetch`)."""
+
     def __init__(self, pkg: ModuleType, program: Program, tolerances: bool, run: int = 0) -> None:
         self.pkg, self.program = pkg, program
         self.infos: list[Info | None] = analyze(program, run)
@@ -90,42 +93,54 @@ class _Replay:
     def dtype(self, name: str) -> Any:
         return getattr(self.pkg.dtypes, name)
 
-    def apply(self, step: Step) -> Any:  # noqa: C901 - one branch per step kind
-        v, pkg = self.values, self.pkg
-        if isinstance(step, Leaf):
-            return pkg.from_numpy(step.data.build(), step.device)
-        if isinstance(step, LoadConst):
-            return pkg.LazyBuffer.loadop(pkg.LoadOps.CONST, step.shape, self.dtype(step.dtype), step.device,
-                                         arg=step.value)
-        if isinstance(step, LoadEmpty):
-            return pkg.LazyBuffer.loadop(pkg.LoadOps.EMPTY, step.shape, self.dtype(step.dtype), step.device)
-        if isinstance(step, Custom):
-            return pkg.LazyBuffer.loadop(pkg.LoadOps.CUSTOM, step.shape, self.dtype(step.dtype), step.device,
-                                         arg=custom_function(step.fn), src=tuple(v[s] for s in step.srcs))
-        if isinstance(step, ConstLike):
-            return v[step.src].const(step.value) if step.shape is None else v[step.src].const(step.value, step.shape)
-        if isinstance(step, Elementwise):
-            op = getattr(getattr(pkg, OP_CLASS[step.op]), step.op)
-            return v[step.srcs[0]].e(op, *(v[s] for s in step.srcs[1:]))
-        if isinstance(step, Reduce):
-            return v[step.src].r(getattr(pkg.ReduceOps, step.op), step.axes)
-        if isinstance(step, Movement):
-            return getattr(v[step.src], step.kind)(step.arg)
-        if isinstance(step, Cast):
-            return v[step.src].cast(self.dtype(step.dtype), bitcast=step.bitcast) if step.bitcast else \
-                v[step.src].cast(self.dtype(step.dtype))
-        if isinstance(step, Contiguous):
-            return v[step.src].contiguous()
-        if isinstance(step, Copy):
-            return v[step.src].copy_to_device(step.device, force=True) if step.force else \
-                v[step.src].copy_to_device(step.device)
-        if isinstance(step, Shard):
-            return pkg.MultiLazyBuffer.from_sharded(v[step.src], step.devices, step.axis)
-        if isinstance(step, Assign):
-            return v[step.target].assign(v[step.value])
-        if isinstance(step, Realize):
-            return pkg.realize(*(v[i] for i in step.items))
-        raise TypeError(f"unknown step {step!r}")
+    # -- one method per value step (and Realize): the value it builds through the package's API
+    def visit_leaf(self, step: Leaf) -> Any:
+        return self.pkg.from_numpy(step.data.build(), step.device)
+
+    def visit_load_const(self, step: LoadConst) -> Any:
+        return self.pkg.LazyBuffer.loadop(self.pkg.LoadOps.CONST, step.shape, self.dtype(step.dtype), step.device,
+                                          arg=step.value)
+
+    def visit_load_empty(self, step: LoadEmpty) -> Any:
+        return self.pkg.LazyBuffer.loadop(self.pkg.LoadOps.EMPTY, step.shape, self.dtype(step.dtype), step.device)
+
+    def visit_custom(self, step: Custom) -> Any:
+        return self.pkg.LazyBuffer.loadop(self.pkg.LoadOps.CUSTOM, step.shape, self.dtype(step.dtype), step.device,
+                                          arg=custom_function(step.fn), src=tuple(self.values[s] for s in step.srcs))
+
+    def visit_const_like(self, step: ConstLike) -> Any:
+        base = self.values[step.src]
+        return base.const(step.value) if step.shape is None else base.const(step.value, step.shape)
+
+    def visit_elementwise(self, step: Elementwise) -> Any:
+        op = getattr(getattr(self.pkg, OP_CLASS[step.op]), step.op)
+        return self.values[step.srcs[0]].e(op, *(self.values[s] for s in step.srcs[1:]))
+
+    def visit_reduce(self, step: Reduce) -> Any:
+        return self.values[step.src].r(getattr(self.pkg.ReduceOps, step.op), step.axes)
+
+    def visit_movement(self, step: Movement) -> Any:
+        return getattr(self.values[step.src], step.kind)(step.arg)
+
+    def visit_cast(self, step: Cast) -> Any:
+        source, dtype = self.values[step.src], self.dtype(step.dtype)
+        return source.cast(dtype, bitcast=step.bitcast) if step.bitcast else source.cast(dtype)
+
+    def visit_contiguous(self, step: Contiguous) -> Any:
+        return self.values[step.src].contiguous()
+
+    def visit_copy(self, step: Copy) -> Any:
+        source = self.values[step.src]
+        return source.copy_to_device(step.device, force=True) if step.force else source.copy_to_device(step.device)
+
+    def visit_shard(self, step: Shard) -> Any:
+        return self.pkg.MultiLazyBuffer.from_sharded(self.values[step.src], step.devices, step.axis)
+
+    def visit_assign(self, step: Assign) -> Any:
+        return self.values[step.target].assign(self.values[step.value])
+
+    def visit_realize(self, step: Realize) -> Any:
+        return self.pkg.realize(*(self.values[i] for i in step.items))
 
     def fetch(self, index: int, step: Fetch) -> None:
         value, tol = self.values[step.item], self.tols.get(step.item)
@@ -159,7 +174,7 @@ class _Replay:
                 if isinstance(step, Fetch):
                     self.fetch(index, step)
                     continue
-                value = self.apply(step)
+                value = self.visit(step)
                 if produces_value(step):
                     self.outcome.shapes[index] = (_sizes(value.shape), value.dtype.name, _device(value.device))
             except Exception as error:  # noqa: BLE001 - every error is an outcome

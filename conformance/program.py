@@ -16,9 +16,10 @@ needs the values (analysis, tolerances, coverage).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from conformance.vocab import FLOATS, OP_CLASS, SIGNED
 
 Scalar = bool | int | float
 Shape = tuple[int, ...]
+R = TypeVar("R")
 
 # CUSTOM callables, by name: the source is rendered into snippets and evaluated by the drivers.
 CUSTOM_FUNCS: dict[str, str] = {
@@ -114,7 +116,14 @@ def has_vars(value: Any) -> bool:
 
 
 class Step:
-    """Base of all steps. `refs()` lists the earlier steps this one reads."""
+    """Base of all steps. `refs()` lists the earlier steps this one reads; `visitor_method` names the
+    `StepVisitor` method that handles the step's class (`visit_` and the class name in snake case)."""
+
+    visitor_method: ClassVar[str] = "visit_step"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.visitor_method = "visit_" + re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
 
     def refs(self) -> tuple[int, ...]:
         out: list[int] = []
@@ -126,6 +135,20 @@ class Step:
 
     def render(self, name: Callable[[int], str]) -> str:  # pragma: no cover - every step overrides
         raise NotImplementedError
+
+
+class StepVisitor(Generic[R]):
+    """A computation over steps with one method per step class, chosen by `visit` (LoadConst ->
+    `visit_load_const`, ...): the modules that handle every kind of step (the driver, analysis,
+    coverage) subclass it rather than each writing the same chain of isinstance tests. A step whose
+    class has no method here goes to `visit_other`, which raises TypeError unless overridden."""
+
+    def visit(self, step: Step) -> R:
+        method: Callable[[Step], R] = getattr(self, step.visitor_method, self.visit_other)
+        return method(step)
+
+    def visit_other(self, step: Step) -> R:
+        raise TypeError(f"{type(self).__name__}: no rule for the step {step!r}")
 
 
 def bind_step(step: Step, fn: Callable[[Var], Any]) -> Step:

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from conformance.analysis import Info
-from conformance.program import Cast, Contiguous, Copy, Elementwise, Movement, Reduce, Shard, Step
+from conformance.program import Cast, Contiguous, Copy, Elementwise, Movement, Reduce, Shard, Step, StepVisitor
 from conformance.vocab import DENORM_MIN, EPS, FLOATS, ITEMSIZE, MAX_FINITE, OP_CLASS, SIGNED, TRANSCENDENTAL
 
 Lazy = Any  # a LazyBuffer or MultiLazyBuffer of some package
@@ -82,22 +82,7 @@ class ToleranceBuilder:
         """T(out) for `step`, given its source values and their T (None: exact)."""
         if not info.aux:
             return None
-        if isinstance(step, Elementwise):
-            return self._elementwise(step, info, srcs, values, tols, out)
-        if isinstance(step, Reduce):
-            return self._reduce(step, info, srcs[0], values[0], tols[0])
-        if isinstance(step, Movement):
-            return None if tols[0] is None else getattr(tols[0], step.kind)(step.arg)
-        if isinstance(step, Cast):
-            return self._cast(step, srcs[0], values[0], tols[0], out)
-        if isinstance(step, Copy):
-            return None if tols[0] is None else tols[0].copy_to_device(step.device)
-        if isinstance(step, Shard):
-            mlb = self.pkg.MultiLazyBuffer
-            return None if tols[0] is None else mlb.from_sharded(tols[0], step.devices, step.axis)
-        if isinstance(step, Contiguous):
-            return tols[0]
-        return tols[-1]  # Assign: the value's tolerance
+        return _StepTolerance(self, info, srcs, values, tols, out).visit(step)
 
     def _elementwise(self, step: Elementwise, info: Info, srcs: list[Info], values: list[Lazy],
                      tols: list[Lazy | None], out: Lazy) -> Lazy | None:
@@ -183,3 +168,36 @@ class ToleranceBuilder:
     def negate(self, mask: Lazy) -> Lazy:
         """Logical not of a bool value."""
         return self.e("CMPEQ", mask, mask.const(False))
+
+
+class _StepTolerance(StepVisitor[Any]):
+    """`visit(step)`: the tolerance of one step's output (`ToleranceBuilder.build`), per step kind."""
+
+    def __init__(self, builder: ToleranceBuilder, info: Info, srcs: list[Info], values: list[Lazy],
+                 tols: list[Lazy | None], out: Lazy) -> None:
+        self.builder, self.info, self.srcs, self.values, self.tols, self.out = builder, info, srcs, values, tols, out
+
+    def visit_other(self, step: Step) -> Lazy | None:
+        return self.tols[-1]  # Assign: the value's tolerance
+
+    def visit_elementwise(self, step: Elementwise) -> Lazy | None:
+        return self.builder._elementwise(step, self.info, self.srcs, self.values, self.tols, self.out)
+
+    def visit_reduce(self, step: Reduce) -> Lazy | None:
+        return self.builder._reduce(step, self.info, self.srcs[0], self.values[0], self.tols[0])
+
+    def visit_movement(self, step: Movement) -> Lazy | None:
+        return None if self.tols[0] is None else getattr(self.tols[0], step.kind)(step.arg)
+
+    def visit_cast(self, step: Cast) -> Lazy | None:
+        return self.builder._cast(step, self.srcs[0], self.values[0], self.tols[0], self.out)
+
+    def visit_copy(self, step: Copy) -> Lazy | None:
+        return None if self.tols[0] is None else self.tols[0].copy_to_device(step.device)
+
+    def visit_shard(self, step: Shard) -> Lazy | None:
+        tol = self.tols[0]
+        return None if tol is None else self.builder.pkg.MultiLazyBuffer.from_sharded(tol, step.devices, step.axis)
+
+    def visit_contiguous(self, step: Contiguous) -> Lazy | None:
+        return self.tols[0]
