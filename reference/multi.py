@@ -199,15 +199,24 @@ class MultiLazyBuffer:
                                self.axis, self.real)
 
     def _reshaped_axis(self, ax: int, new: Shape) -> int:
-        """The sharded axis after reshaping to ``new``: the last dim with the old prefix product."""
+        """The sharded axis after reshaping to ``new``: the last dim with the old prefix product. A
+        sharded axis of size 0 may be reshaped too (SPEC §5 has no exception for it)."""
         old, n = self.shape[ax], len(self.real_lbs)
         cands = [i for i in range(len(new)) if math.prod(new[:i]) == math.prod(self.shape[:ax])]
         na = cands[-1] if cands else -1
-        if na < 0 or old == 0 or (new[na] != old and (old % n or new[na] % n)) or \
-                any(lb.shape[ax] * new[na] % old for lb in self.lbs):
+        if na < 0 or (new[na] != old and (old % n or new[na] % n)) or \
+                (old and any(lb.shape[ax] * new[na] % old for lb in self.lbs)):
             raise ValueError(f"reshape: cannot reshape {self.shape} sharded on axis {ax} over {n} real shards "
                              f"to {new}")
         return na
+
+    def _reshaped_size(self, size: int, ax: int, new_size: int) -> int:
+        """A shard's size along the new axis: unchanged when the axis keeps its size, else scaled by
+        new size / old size (an axis of size 0: each shard gets new size / real shards)."""
+        old = self.shape[ax]
+        if new_size == old:
+            return size
+        return new_size // len(self.real_lbs) if old == 0 else size * new_size // old
 
     def reshape(self, shape: Any) -> MultiLazyBuffer:
         """Reshape per shard; each shard's size along the new axis scales by new size / old size."""
@@ -216,7 +225,7 @@ class MultiLazyBuffer:
             return MultiLazyBuffer([lb.reshape(new) for lb in self.lbs], None, self.real)
         ax = self.axis
         na = self._reshaped_axis(ax, new)
-        lbs = [lb.reshape(_with_axis(new, na, lb.shape[ax] * new[na] // self.shape[ax])) for lb in self.lbs]
+        lbs = [lb.reshape(_with_axis(new, na, self._reshaped_size(lb.shape[ax], ax, new[na]))) for lb in self.lbs]
         return MultiLazyBuffer(lbs, na, self.real)
 
     def pad(self, arg: Any) -> MultiLazyBuffer:

@@ -49,6 +49,7 @@ from fast import config
 CALIBRATION_POLLS = 20_000  # polls timed once per process to convert WORKER_SPIN_US to polls
 MAX_NATIVE_ARGS = 40  # a kernel with more parameters runs its share as a Python call
 JOB_WORDS = 512  # room for a worker's native calls: two words per call plus its arguments
+MAX_NAP_S = 2.5e-4  # a caller waiting past its polling for a native job sleeps at most this long between looks
 _POSTED, _FINISHED, _CALLS, _FIRST_CALL = 0, 1, 2, 3  # the job words (then function, count, arguments per call)
 
 
@@ -292,7 +293,7 @@ class _Worker:
                     self.done.wait(0.1)
                 else:
                     time.sleep(nap)
-                    nap = min(2 * nap, 1e-3)
+                    nap = min(2 * nap, MAX_NAP_S)
         if self.error is not None:
             raise self.error
 

@@ -209,3 +209,19 @@ def test_reading_a_view_does_not_realize_the_programs_contiguous_of_it() -> None
     for move in (("permute", (1, 0)), ("stride", (1, -1))):
         _agree(Program((Leaf(data, "CLANG:1"), Movement(0, *move), Contiguous(1), Fetch(1), Leaf(other, "CLANG:1"),
                         Assign(0, 4), Realize((5,)), Copy(2, "CLANG"), Fetch(7)), expect="RuntimeError"))
+
+
+def test_sharded_reshape_of_an_axis_of_size_zero() -> None:
+    """Found (CI, the self-test of invalid programs): reference refused to reshape a buffer whose
+    sharded axis has size 0, (0,) over three shards to (1, 0); SPEC §5 has no such exception: the
+    new axis is 1 and keeps its size, as fast and the suite's layout model say. Fixed in reference."""
+    ref = _package("reference")
+    data = ref.from_numpy(np.arange(9, dtype=np.int16).reshape(3, 3), "CLANG")
+    sharded = ref.MultiLazyBuffer.from_sharded(data, ("CLANG", "CLANG:1", "CLANG:2"), 0)
+    empty = sharded.shrink(((0, 3), (1, 1))).reshape((0,))
+    moved = empty.reshape((1, 0))
+    assert moved.shape == (1, 0) and moved.axis == 1 and [lb.shape for lb in moved.lbs] == [(1, 0)] * 3
+    steps = (Leaf(ArrayData("int16", (3, 3), tuple(range(9))), "CLANG"), Shard(0, ("CLANG", "CLANG:1", "CLANG:2"), 0),
+             Movement(1, "shrink", ((0, 3), (1, 1))), Movement(2, "reshape", (0,)), Movement(3, "reshape", (1, 0)),
+             Fetch(4))
+    _agree(Program(steps))
