@@ -359,13 +359,7 @@ def _replay(template: replay.Template, signature: replay.Signature) -> bool:
     buffers = replay.buffers_of(template, signature)
     kernels = template.kernels if bits is None and template.kernels else _template_kernels(template, buffers, bits)
     for (ast, _), bufs, (kernel, constants) in zip(template.items, buffers, kernels, strict=True):
-        for buffer in bufs[:len(ast.src)]:  # a SINK's sources are its STOREs, one per output
-            buffer.allocate(zeroed=False)
-        if kernel.program.bounded_inputs:
-            kernel = runnable(kernel, ast, bufs[0].device, bufs)
-        program = kernel.program
-        launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
-               program.mem_bytes + program.flops)
+        replay_lanes.run_kernel(kernel, constants, ast, bufs, runnable)
     return True
 
 

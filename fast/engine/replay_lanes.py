@@ -134,12 +134,17 @@ def _run_items(template: replay.Template, indices: Iterable[int], kernels: list[
         ast, bufs, found = template.items[index][0], buffers[index], kernels[index]
         if found is None:
             run_copy(ScheduleItem(ast, bufs))
-            continue
-        kernel, constants = found
-        for buffer in bufs[:len(ast.src)]:  # a SINK's sources are its STOREs, one per output
-            buffer.allocate(zeroed=False)
-        if kernel.program.bounded_inputs:
-            kernel = guard(kernel, ast, bufs[0].device, bufs)
-        program = kernel.program
-        launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
-               program.mem_bytes + program.flops)
+        else:
+            run_kernel(found[0], found[1], ast, bufs, guard)
+
+
+def run_kernel(kernel: Any, constants: tuple[int, ...], ast: LazyOp, bufs: Sequence[Buffer], guard: Guard) -> None:
+    """Launch a replayed item's kernel on `bufs`: its outputs allocated, the FMA guard's choice of
+    kernel (`guard`, realize.runnable) when it has fused multiply-adds (also realize's direct path)."""
+    for buffer in bufs[:len(ast.src)]:  # a SINK's sources are its STOREs, one per output
+        buffer.allocate(zeroed=False)
+    if kernel.program.bounded_inputs:
+        kernel = guard(kernel, ast, bufs[0].device, bufs)
+    program = kernel.program
+    launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
+           program.mem_bytes + program.flops)

@@ -120,17 +120,9 @@ entry:
 wait:
   %seen = phi i64 [ %seen0, %entry ], [ %v, %done ]
   %limit = phi i64 [ %first, %entry ], [ %idle, %done ]
-  br label %poll
-poll:
-  %i = phi i64 [ 0, %wait ], [ %next, %again ]
-  %v = load atomic i64, ptr %job acquire, align 8
+  %v = call i64 @fast_spin(ptr %job, i64 %seen, i64 %limit)
   %changed = icmp ne i64 %v, %seen
-  br i1 %changed, label %got, label %again
-again:
-  {pause}
-  %next = add i64 %i, 1
-  %more = icmp slt i64 %next, %limit
-  br i1 %more, label %poll, label %quiet
+  br i1 %changed, label %got, label %quiet
 quiet:
   ret i64 %seen
 got:
