@@ -306,9 +306,15 @@ class Crew:
 
     def run(self, first: Callable[[], Any], jobs: Sequence[Job]) -> None:
         """Post `jobs` to the workers (at most one each), run `first` here, wait for all, then raise
-        the first error. Post a `NativeCall` only if `accepts` it."""
+        the first error. A native job must be one the crew `accepts` (ValueError before anything runs:
+        the native loop would skip a call it has no case for)."""
         if len(jobs) > len(self.workers):
             raise ValueError(f"Crew.run: {len(jobs)} jobs for {len(self.workers)} workers")
+        refused = [job for job in jobs if isinstance(job, NativeCall | NativeBatch) and not self.accepts(job)]
+        if refused:
+            shown = repr(refused[0])[:200]
+            raise ValueError(f"Crew.run: native job beyond the limits ({MAX_NATIVE_ARGS} arguments a call, "
+                             f"{JOB_WORDS} words a job, native calls here: {self.native_jobs}): {shown}")
         posted = [worker.post(job) for worker, job in zip(self.workers, jobs, strict=False)]
         error: BaseException | None = None
         try:

@@ -80,7 +80,12 @@ def test_native_batches_beyond_the_job_words_are_not_accepted(team: workers.Crew
 
 
 def test_native_calls_beyond_the_limit_are_not_accepted(team: workers.Crew) -> None:
-    assert not team.accepts(workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS + 1))))
+    too_long = workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS + 1)))
+    assert not team.accepts(too_long)
+    ran: list[int] = []
+    with pytest.raises(ValueError, match="native job beyond the limits"):
+        run_alone(team, lambda: ran.append(1), [too_long])  # refused before anything runs
+    assert not ran
 
 
 def test_native_job_after_the_worker_slept(team: workers.Crew) -> None:
