@@ -57,6 +57,9 @@ def _canonical(name: str) -> str:
     return local if rank is None else f"{local}@{int(rank)}"
 
 
+_CANONICAL_NAMES: dict[str, str] = {}  # names seen to be canonical (each its own canonical spelling)
+
+
 class _DeviceRegistry:
     """The process-wide registry of opened devices (`Device`). Tests may put fakes in `opened`."""
 
@@ -68,7 +71,10 @@ class _DeviceRegistry:
         """The canonical spelling of a device name; ValueError naming it when it is not one."""
         if not isinstance(name, str):
             raise ValueError(f"device name must be a string, got {name!r}")
-        return _canonical(name)
+        canonical = _canonical(name)
+        if canonical == name and len(_CANONICAL_NAMES) < 4096:
+            _CANONICAL_NAMES[name] = name  # a Buffer of an already canonical name skips the parse
+        return canonical
 
     @staticmethod
     def kind(name: str) -> str:
@@ -117,15 +123,14 @@ class Buffer:
                  offset: int = 0) -> None:
         if size < 0 or offset < 0:
             raise ValueError(f"Buffer: size {size} and offset {offset} must be non-negative")
-        self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
+        canonical = _CANONICAL_NAMES.get(device) if type(device) is str else None
+        self.device = Device.canonicalize(device) if canonical is None else canonical
+        self.size, self.dtype = size, dtype
         self._handle: Any = None
         self._allocator: Allocator | None = None
-        self._refcount = 0
+        self._refcount = self._live_views = self._version = self.offset = 0
         self._ever_referenced = False
-        self._live_views = 0
-        self._version = 0
         self._base: Buffer | None = None
-        self.offset = 0
         if base is not None:
             root = base.base
             self.offset = offset + base.offset
@@ -170,7 +175,7 @@ class Buffer:
 
     def ref(self, delta: int) -> None:
         """Add `delta` lazy-buffer references; frees the memory when they drop back to zero."""
-        root = self.base
+        root = self._base or self
         root._refcount += delta
         if root._refcount < 0:
             raise RuntimeError(f"Buffer.ref: reference count of {root!r} went negative")
@@ -206,8 +211,8 @@ class Buffer:
             self._allocator = self._base.allocator
             self._handle = self._allocator.offset(self._base.handle, self.offset, self.nbytes)
             return self
-        allocator = self._allocator = self.allocator
-        self._handle = allocator.alloc(self.nbytes, zeroed)
+        allocator = self._allocator = Device[self.device].allocator
+        self._handle = allocator.alloc(self.size * self.dtype.itemsize, zeroed)
         return self
 
     def deallocate(self) -> None:

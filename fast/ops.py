@@ -58,6 +58,14 @@ class KernelOps(OpEnum):
     SINK = auto()
 
 
+# The members that graph building, scheduling and replay test per node, as module-level names (the
+# same objects). Python 3.11 reads an Enum class attribute through the hook of EnumType.__getattr__,
+# about ten times the cost of a global read, and those paths read dozens per node.
+LOAD_EMPTY, LOAD_CONST, LOAD_COPY, LOAD_CONTIGUOUS = LoadOps.EMPTY, LoadOps.CONST, LoadOps.COPY, LoadOps.CONTIGUOUS
+LOAD_CUSTOM, LOAD_ASSIGN, LOAD_VIEW = LoadOps.CUSTOM, LoadOps.ASSIGN, LoadOps.VIEW
+BUFFER_LOAD, BUFFER_CONST, BUFFER_STORE, KERNEL_SINK = BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE, KernelOps.SINK
+UNARY_CAST, UNARY_BITCAST, UNARY_NEG = UnaryOps.CAST, UnaryOps.BITCAST, UnaryOps.NEG
+
 Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | LoadOps | BufferOps | KernelOps
 ElementwiseOps = UnaryOps | BinaryOps | TernaryOps
 

@@ -43,13 +43,9 @@ def print_schedule_table(items: Sequence[ScheduleItem]) -> None:
         print(schedule_table(items))
 
 
-def _on_realize(outs: Sequence[LazyBuffer]) -> None:
-    write_realize_graph(outs)
-
-
 def register() -> None:
     """Add the observers to the engine (once)."""
-    if _on_realize not in REALIZE_OBSERVERS:
-        REALIZE_OBSERVERS.append(_on_realize)
+    if write_realize_graph not in REALIZE_OBSERVERS:
+        REALIZE_OBSERVERS.append(write_realize_graph)
     if print_schedule_table not in SCHEDULE_OBSERVERS:
         SCHEDULE_OBSERVERS.append(print_schedule_table)

@@ -33,7 +33,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps, cast_const, exec_alu, normalize_const
+from fast.ops import (
+    LOAD_ASSIGN,
+    LOAD_CONST,
+    LOAD_COPY,
+    LOAD_CUSTOM,
+    LOAD_VIEW,
+    UNARY_BITCAST,
+    UNARY_CAST,
+    BinaryOps,
+    LoadOps,
+    ReduceOps,
+    TernaryOps,
+    UnaryOps,
+    cast_const,
+    exec_alu,
+    normalize_const,
+)
 
 if TYPE_CHECKING:
     from fast.graph.node import LazyBuffer
@@ -42,7 +58,7 @@ if TYPE_CHECKING:
     from fast.shape.view import View
 
 ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
-SOURCE_MUST_BE_REALIZED = frozenset({LoadOps.COPY, LoadOps.CUSTOM, LoadOps.VIEW})
+SOURCE_MUST_BE_REALIZED = frozenset({LOAD_COPY, LOAD_CUSTOM, LOAD_VIEW})
 
 
 # ---------------------------------------------------------------- the graph
@@ -71,11 +87,11 @@ def is_unrealized(lb: LazyBuffer) -> bool:
 
 def is_disk_assign(base: LazyBuffer) -> bool:
     """An ASSIGN into DISK: run as a byte copy of its value (DISK runs no kernels), so the value is a buffer."""
-    return base.op is LoadOps.ASSIGN and base.device.startswith("DISK:")
+    return base.op is LOAD_ASSIGN and base.device.startswith("DISK:")
 
 
 def is_const_base(base: LazyBuffer) -> bool:
-    return base.op is LoadOps.CONST and base.realized is None
+    return base.op is LOAD_CONST and base.realized is None
 
 
 def collect_graph(outs: Sequence[LazyBuffer]) -> Graph:
@@ -176,12 +192,12 @@ def op_keeps_zero(base: LazyBuffer) -> bool:
     op = base.op
     if not isinstance(op, ELEMENTWISE):
         return True
-    if op is UnaryOps.BITCAST:
+    if op is UNARY_BITCAST:
         return True
     operand_dtype = base.srcs[-1].dtype
     zero = normalize_const(0, operand_dtype)
     try:
-        if op is UnaryOps.CAST:
+        if op is UNARY_CAST:
             return _is_positive_zero(cast_const(zero, operand_dtype, base.dtype))
         operands = (False, zero, zero) if op is TernaryOps.WHERE else (zero,) * len(base.srcs)
         return _is_positive_zero(exec_alu(op, operand_dtype, operands))
@@ -339,7 +355,7 @@ def _fixed_realizes(graph: Graph) -> dict[LazyBuffer, None]:
     buffers (COPY, CUSTOM, VIEW), and unrealized non-constant bases read through an expand."""
     realizes: dict[LazyBuffer, None] = {out: None for out in graph.outputs if not is_const_base(out)}
     for node in graph.order:
-        if (isinstance(node.op, LoadOps) and node.op is not LoadOps.CONST) or node.forced_realize:
+        if (isinstance(node.op, LoadOps) and node.op is not LOAD_CONST) or node.forced_realize:
             realizes[node] = None
         for src in node.srcs:
             if not is_unrealized(src) or is_const_base(src.base):

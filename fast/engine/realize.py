@@ -48,7 +48,7 @@ from fast.runtime.launch import launch
 # Observers that fast/debug registers (GRAPH=1 pictures, the DEBUG=2 schedule table); the engine only calls
 # them: each of REALIZE_OBSERVERS with the outputs of every `realize` before anything is scheduled, each of
 # SCHEDULE_OBSERVERS with the items of every `run_schedule` before they run. They must not change the graph.
-REALIZE_OBSERVERS: list[Callable[[Sequence[LazyBuffer]], None]] = []
+REALIZE_OBSERVERS: list[Callable[[Sequence[LazyBuffer]], object]] = []
 SCHEDULE_OBSERVERS: list[Callable[[Sequence[ScheduleItem]], None]] = []
 # Called as observer(ast, device, const_params) after `compile_item` compiled a kernel (CI's compile-only
 # checks compile the same kernel for CUDA there: tests/conftest.py, conformance/cuda_compile.py).
@@ -325,20 +325,20 @@ def realize(*buffers: Any) -> None:
         observe(outs)
     signature, template = replay.prepare(outs)
     if signature is not None and template is not None and _replay(template, signature):
-        for number in template.realized:
-            if signature.bases[number].realized is not None:
-                signature.bases[number].srcs = ()
-        _print_realized(start, lambda: [ast for ast, _ in template.items])
+        replay.drop_sources(template, signature)
+        if config.get().debug >= 1:
+            _print_realized(start, [ast for ast, _ in template.items])
         return
     steps = _schedule_and_run(outs)
     if signature is not None and (recorded := replay.record(signature, steps)) is not None:
         replay.TEMPLATES.store(signature.key, recorded)
-    _print_realized(start, lambda: [step.item.ast for step in steps])
+    if config.get().debug >= 1:
+        _print_realized(start, [step.item.ast for step in steps])
 
 
-def _print_realized(start: float, asts: Callable[[], list[LazyOp]]) -> None:
-    """DEBUG >= 1: one line per realize that ran anything (`asts`: what it ran, asked for only then)."""
-    if config.get().debug >= 1 and (ran := asts()):
+def _print_realized(start: float, ran: list[LazyOp]) -> None:
+    """DEBUG >= 1: one line per realize that ran anything (`ran`: what it ran)."""
+    if ran:
         kernels = sum(ast.op is KernelOps.SINK for ast in ran)
         print(f"realize: {len(ran)} items, {kernels} kernels in {(time.perf_counter() - start) * 1e3:.2f} ms")
 
@@ -346,13 +346,15 @@ def _print_realized(start: float, asts: Callable[[], list[LazyOp]]) -> None:
 def _replay(template: replay.Template, signature: replay.Signature) -> bool:
     """Run a recorded schedule over the graph of `signature`; False (nothing run) when the graph's
     constants differ from the recorded ones and the template cannot take new values."""
-    same_values = signature.consts == list(template.consts)
-    plain = template.direct and config.get().debug < 2 and not dump_stages()
+    same_values = tuple(signature.consts) == template.consts
+    settings = config.get()
+    quiet = settings.debug < 2 and (not settings.dump_ir or not dump_stages())
+    plain = template.direct and quiet
     bits = None if same_values or not plain else replay.slot_bits(template, signature)
     if not same_values and bits is None:
         return False
     if not plain:
-        if not (same_values and config.get().debug < 2 and not dump_stages()
+        if not (same_values and quiet
                 and replay_lanes.run(template, signature, get_kernel, runnable)):
             run_schedule(replay.instantiate(template, signature), template.plans)
         return True

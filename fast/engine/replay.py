@@ -22,8 +22,8 @@ parameters (`slot_bits`, realize.kernel_for). The cache is a small LRU (`MAX_TEM
 """
 from __future__ import annotations
 
+import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -35,7 +35,16 @@ from fast.dtype import DType
 from fast.engine.schedule import ScheduleItem, Step, check_stale_outputs
 from fast.graph.keys import arg_key
 from fast.graph.node import LazyBuffer
-from fast.ops import BinaryOps, KernelOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from fast.ops import (
+    KERNEL_SINK,
+    LOAD_ASSIGN,
+    LOAD_CONST,
+    LOAD_COPY,
+    BinaryOps,
+    ReduceOps,
+    TernaryOps,
+    UnaryOps,
+)
 from fast.runtime import mpi
 
 MAX_TEMPLATES = 256
@@ -72,7 +81,7 @@ class Template:
     native: list[Any] = field(default_factory=list, compare=False)  # its replay_lanes plan, found from `plans`
 
 
-_REPLAYABLE = frozenset(id(op) for kind in (*_ELEMENTWISE, ReduceOps) for op in kind) | {id(LoadOps.CONST)}
+_REPLAYABLE = frozenset(id(op) for kind in (*_ELEMENTWISE, ReduceOps) for op in kind) | {id(LOAD_CONST)}
 
 
 def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
@@ -80,12 +89,21 @@ def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
     (). Everything it reads is fixed when the base is built, so it is memoized in `base.engine_memo`;
     what can change later (forced realization, values, stale reads) is checked by `signature`. The
     op is there by id() (enum members live as long as the process; Enum's __hash__ is slow Python),
-    and (op, shape) first: it is the part `Key` hashes."""
-    op, device = base.op, base.device
-    replayable = not device.startswith("DISK") and not base.st.symbolic and (
-        not base.srcs[0].device.startswith("DISK") if op is LoadOps.COPY else id(op) in _REPLAYABLE)
-    arg = None if op is LoadOps.CONST else arg_key(base.arg)  # a constant's value is a slot (`_Walk.entry`)
-    entry = ((id(op), base.shape), arg, base.dtype, device) if replayable else ()
+    and (op, shape) first: it is the part `Key` hashes. A constant's value is a slot, not its arg
+    (`_Walk.const_slot`); a float arg is keyed by its bits (`arg_key`)."""
+    op, device, arg = base.op, base.device, base.arg
+    if op is LOAD_COPY:
+        replayable = not base.srcs[0].device.startswith("DISK")
+    else:
+        replayable = id(op) in _REPLAYABLE
+    if not replayable or device.startswith("DISK") or base.st.symbolic:
+        base.engine_memo = ()
+        return ()
+    if op is LOAD_CONST:
+        arg = None
+    elif type(arg) is float:
+        arg = arg_key(arg)
+    entry = ((id(op), base.shape), arg, base.dtype, device)
     base.engine_memo = entry
     return entry
 
@@ -105,7 +123,7 @@ class Key:
         return self.hashed
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Key) and self.hashed == other.hashed and self.parts == other.parts
+        return type(other) is Key and self.hashed == other.hashed and self.parts == other.parts
 
 
 def _holds_values(base: LazyBuffer) -> bool:
@@ -113,15 +131,17 @@ def _holds_values(base: LazyBuffer) -> bool:
     buffer = base._buffer
     if buffer is None or not buffer.is_allocated():
         return False
-    return base.op is not LoadOps.ASSIGN or buffer.version > base._assign_version
+    return base.op is not LOAD_ASSIGN or buffer.version > base._assign_version
 
 
 class _Walk:
     """The numbering of one signature walk: unrealized bases in discovery order (breadth first from
-    the outputs, sources in order), realized bases read (leaves) in first-read order. Equal
-    structures are discovered in the same order, so equal keys number their buffers alike."""
+    the outputs, sources in order), realized bases read (leaves) in first-read order, constant slots
+    in first-appearance order. Equal structures are discovered in the same order, so equal keys
+    number their buffers alike. (The hot path of a repeated realize: `entries` is one function with
+    its attribute reads inlined; a method call per source would cost more than the rest.)"""
 
-    __slots__ = ("numbers", "bases", "leaf_numbers", "leaves", "const_numbers", "consts", "light")
+    __slots__ = ("numbers", "bases", "leaf_numbers", "leaves", "const_numbers", "consts")
 
     def __init__(self) -> None:
         self.numbers: dict[int, int] = {}
@@ -130,7 +150,6 @@ class _Walk:
         self.leaves: list[LazyBuffer] = []
         self.const_numbers: dict[ConstKey, int] = {}
         self.consts: list[ConstKey] = []
-        self.light: list[Any] = []  # (op, shape) per base: what `Key` hashes
 
     def const_slot(self, base: LazyBuffer) -> int:
         """The slot of a CONST base: equal (dtype, bits) share one, as in a kernel's parameters."""
@@ -141,63 +160,67 @@ class _Walk:
             self.consts.append(key)
         return number
 
-    def base_number(self, base: LazyBuffer) -> int:
-        number = self.numbers.get(id(base))
-        if number is None:
-            number = self.numbers[id(base)] = len(self.bases)
-            self.bases.append(base)
-        return number
-
-    def entry(self, base: LazyBuffer) -> tuple[Any, ...] | None:
-        """The key entry of an unrealized base (its static entry and how it reads each source), or
-        None when it may not be replayed: forced to realize, or reading memory assigned since.
-        (The hot path of a repeated realize: attribute reads are inlined.)"""
-        static = base.engine_memo
-        if static is None:
-            static = _static_entry(base)
-        if not static or (base.forced_realize and base.op is not LoadOps.COPY):
-            return None
-        self.light.append(static[0])
-        if base.op is LoadOps.CONST:
-            return (static, self.const_slot(base))
-        refs: list[tuple[Any, ...]] = []
-        leaf_numbers = self.leaf_numbers
-        for src, version in zip(base.srcs, base.src_versions, strict=True):
-            source = src if src._base is None else src._base
-            buffer = source._buffer
-            if buffer is None or buffer._handle is None:
-                refs.append(("b", self.base_number(source), src.st))
+    def entries(self) -> tuple[list[tuple[Any, ...]], list[Any]] | None:
+        """(the key entry of each unrealized base, walked from `bases` as it grows; the (op, shape)
+        part of each, what `Key` hashes), or None when one may not be replayed: forced to realize,
+        reading memory assigned since (a stale read: the scheduler raises for it), or reading an
+        unrealized assign (scheduled, not replayed)."""
+        numbers, bases, leaf_numbers, leaves = self.numbers, self.bases, self.leaf_numbers, self.leaves
+        entries: list[tuple[Any, ...]] = []
+        light: list[Any] = []
+        for base in bases:  # (grows while walked: breadth first)
+            static = base.engine_memo
+            if static is None:
+                static = _static_entry(base)
+            if not static or (base.forced_realize and base.op is not LOAD_COPY):
+                return None
+            light.append(static[0])
+            if base.op is LOAD_CONST:
+                entries.append((static, self.const_slot(base)))
                 continue
-            current = (buffer._base or buffer)._version
-            if current > version:
-                return None  # a stale read: the scheduler raises for it
-            if source.op is LoadOps.ASSIGN and current <= source._assign_version:
-                return None  # an unrealized assign: scheduled, not replayed
-            number = leaf_numbers.get(id(source))
-            if number is None:
-                number = leaf_numbers[id(source)] = len(self.leaves)
-                self.leaves.append(source)
-            refs.append(("l", number, src.st, source.dtype, source.device))
-        return (static, tuple(refs))
+            refs: list[tuple[Any, ...]] = []
+            for src, version in zip(base.srcs, base.src_versions, strict=True):
+                source = src._base or src
+                buffer = source._buffer
+                if buffer is None or buffer._handle is None:
+                    number = numbers.get(id(source))
+                    if number is None:
+                        number = numbers[id(source)] = len(bases)
+                        bases.append(source)
+                    refs.append(("b", number, src.st))
+                    continue
+                current = (buffer._base or buffer)._version
+                if current > version or (source.op is LOAD_ASSIGN and current <= source._assign_version):
+                    return None
+                number = leaf_numbers.get(id(source))
+                if number is None:
+                    number = leaf_numbers[id(source)] = len(leaves)
+                    leaves.append(source)
+                refs.append(("l", number, src.st, source.dtype, source.device))
+            entries.append((static, tuple(refs)))
+        return entries, light
 
 
 def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
     """The structure of the graph below `outs`, or None when it may not be replayed."""
     walk = _Walk()
+    numbers, bases = walk.numbers, walk.bases
     outputs: list[tuple[int, Any]] = []
     for out in outs:
-        base = out if out._base is None else out._base
+        base = out._base or out
         if _holds_values(base):
             return None
-        outputs.append((walk.base_number(base), out.st))
-    entries: list[tuple[Any, ...]] = []
-    while len(entries) < len(walk.bases):
-        entry = walk.entry(walk.bases[len(entries)])
-        if entry is None:
-            return None
-        entries.append(entry)
-    key = Key((tuple(entries), tuple(outputs), config.get()), tuple(walk.light))
-    return Signature(key, walk.bases, walk.leaves, walk.consts)
+        number = numbers.get(id(base))
+        if number is None:
+            number = numbers[id(base)] = len(bases)
+            bases.append(base)
+        outputs.append((number, out.st))
+    found = walk.entries()
+    if found is None:
+        return None
+    entries, light = found
+    key = Key((tuple(entries), tuple(outputs), config.get()), tuple(light))
+    return Signature(key, bases, walk.leaves, walk.consts)
 
 
 def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
@@ -214,13 +237,13 @@ def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
     realized: list[int] = []
     for step in steps:
         item = step.item
-        if item.ast.op not in (KernelOps.SINK, LoadOps.COPY) or item.assign or item.var_vals \
+        if item.ast.op not in (KERNEL_SINK, LOAD_COPY) or item.assign or item.var_vals \
                 or any(id(buffer) not in where for buffer in item.bufs):
             return None
         items.append((item.ast, tuple(where[id(buffer)] for buffer in item.bufs)))
         realized.extend(numbers[id(owner)] for owner in step.owners if id(owner) in numbers)
     devices = {step.item.bufs[0].device for step in steps}
-    direct = all(step.item.ast.op is KernelOps.SINK for step in steps) and len(devices) <= 1 \
+    direct = all(step.item.ast.op is KERNEL_SINK for step in steps) and len(devices) <= 1 \
         and all(mpi.is_mine(device) for device in devices)  # another rank's kernels never launch here
     slot_maps, structures = _slot_maps(sig, [ast for ast, _ in items]) if direct else ((), ())
     return Template(tuple(items), tuple(realized), direct, tuple(sig.consts), slot_maps, structures)
@@ -263,27 +286,47 @@ def instantiate(template: Template, sig: Signature) -> list[ScheduleItem]:
     return [ScheduleItem(ast, bufs) for (ast, _), bufs in zip(template.items, buffers_of(template, sig), strict=True)]
 
 
-class TemplateCache(OrderedDict[Any, Template]):
-    """Least recently used templates, at most MAX_TEMPLATES (a lock: lanes may realize concurrently)."""
+class _Cached:
+    """A cached template and the clock reading of its last use."""
+
+    __slots__ = ("template", "used")
+
+    def __init__(self, template: Template, used: int) -> None:
+        self.template, self.used = template, used
+
+
+class TemplateCache(dict[Any, _Cached]):
+    """Least recently used templates, at most MAX_TEMPLATES. A hit only stamps its entry with the
+    clock (no reordering, no lock: `dict.get` and an attribute store are atomic, and lanes may
+    realize concurrently); a store past the limit evicts the entry with the oldest stamp, under the
+    lock (a store follows a scheduled realize, which costs far more than the scan)."""
 
     lock = threading.Lock()
+    clock = itertools.count()
 
     def lookup(self, key: Any) -> Template | None:
-        with self.lock:
-            template = self.get(key)
-            if template is not None:
-                self.move_to_end(key)
-            return template
+        cached = self.get(key)
+        if cached is None:
+            return None
+        cached.used = next(self.clock)
+        return cached.template
 
     def store(self, key: Any, template: Template) -> None:
         with self.lock:
-            self[key] = template
-            self.move_to_end(key)
+            self[key] = _Cached(template, next(self.clock))
             while len(self) > MAX_TEMPLATES:
-                self.popitem(last=False)
+                del self[min(self, key=lambda stored: self[stored].used)]
 
 
 TEMPLATES = TemplateCache()
+
+
+def drop_sources(template: Template, sig: Signature) -> None:
+    """After a replay: the bases it realized drop their sources (as `realize` does after a schedule)."""
+    bases = sig.bases
+    for number in template.realized:
+        if _holds_values(bases[number]):
+            bases[number].srcs = ()
 
 
 def prepare(outs: Sequence[LazyBuffer]) -> tuple[Signature | None, Template | None]:
@@ -293,6 +336,9 @@ def prepare(outs: Sequence[LazyBuffer]) -> tuple[Signature | None, Template | No
     if sig is None:
         return None, None
     template = TEMPLATES.lookup(sig.key)
-    if template is not None and any(out._base is not None for out in outs):
-        check_stale_outputs(outs)  # only a view can be stale: a replayable base holds its op's value
+    if template is not None:
+        for out in outs:
+            if out._base is not None:  # only a view can be stale: a replayable base holds its op's value
+                check_stale_outputs(outs)
+                break
     return sig, template

@@ -1,8 +1,8 @@
 """Scheduling: a lazy graph -> an ordered list of frozen `ScheduleItem`s (SPEC §6).
 
 `fusion.choose_realizes` decides which bases get a buffer; this module turns each of them into
-items: a kernel (`KernelOps.SINK` of one STORE) that inlines every unrealized base it reads and
-loads the rest, or a non-kernel item (`LoadOps.COPY`, `CUSTOM`, `EMPTY`, `VIEW`).
+items: a kernel (`KERNEL_SINK` of one STORE) that inlines every unrealized base it reads and
+loads the rest, or a non-kernel item (`LOAD_COPY`, `CUSTOM`, `EMPTY`, `VIEW`).
 
 Invariants:
 - Scheduling reads the lazy graph and changes nothing: no lazy buffer is mutated, no Buffer is
@@ -29,11 +29,30 @@ from fast.device import Buffer
 from fast.engine import fusion
 from fast.graph.node import LazyBuffer
 from fast.graph.versions import check_fresh
-from fast.ops import BufferOps, ConstBuffer, KernelOps, LazyOp, LoadOps, MemBuffer, ReduceOps, UnaryOps
+from fast.ops import (
+    BUFFER_CONST,
+    BUFFER_LOAD,
+    BUFFER_STORE,
+    KERNEL_SINK,
+    LOAD_ASSIGN,
+    LOAD_CONST,
+    LOAD_CONTIGUOUS,
+    LOAD_COPY,
+    LOAD_CUSTOM,
+    LOAD_EMPTY,
+    LOAD_VIEW,
+    UNARY_BITCAST,
+    UNARY_CAST,
+    ConstBuffer,
+    LazyOp,
+    LoadOps,
+    MemBuffer,
+    ReduceOps,
+)
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable
 
-NOT_KERNELS = frozenset({LoadOps.COPY, LoadOps.CUSTOM, LoadOps.EMPTY, LoadOps.VIEW})
+NOT_KERNELS = frozenset({LOAD_COPY, LOAD_CUSTOM, LOAD_EMPTY, LOAD_VIEW})
 
 
 @dataclass(frozen=True)
@@ -58,7 +77,7 @@ class ScheduleItem:
 
     @property
     def output_count(self) -> int:
-        return len(self.ast.src) if self.ast.op is KernelOps.SINK else 1
+        return len(self.ast.src) if self.ast.op is KERNEL_SINK else 1
 
     @property
     def outputs(self) -> tuple[Buffer, ...]:
@@ -90,8 +109,8 @@ class KernelBuilder:
         if iteration_shape != value.shape:
             st = st.reshape(iteration_shape)
         computed = self.compute(value, st) if root else self.value(value, st)
-        store = LazyOp(BufferOps.STORE, (computed,), MemBuffer(0, value.dtype, self._unbind(st)))
-        return LazyOp(KernelOps.SINK, (store,))
+        store = LazyOp(BUFFER_STORE, (computed,), MemBuffer(0, value.dtype, self._unbind(st)))
+        return LazyOp(KERNEL_SINK, (store,))
 
     def value(self, lb: LazyBuffer, st: ShapeTracker) -> LazyOp:
         """The op reading `lb` at the kernel position mapped by `st` (whose input shape is lb's).
@@ -130,7 +149,7 @@ class KernelBuilder:
             if all(known is not buffer for known in self.inputs):
                 self.inputs.append(buffer)
             index = 1 + next(i for i, known in enumerate(self.inputs) if known is buffer)
-        return LazyOp(BufferOps.LOAD, (), MemBuffer(index, base.dtype, self._unbind(st)))
+        return LazyOp(BUFFER_LOAD, (), MemBuffer(index, base.dtype, self._unbind(st)))
 
     def compute(self, base: LazyBuffer, st: ShapeTracker) -> LazyOp:
         """The op computing `base` itself inside this kernel."""
@@ -139,9 +158,9 @@ class KernelBuilder:
     def _children(self, base: LazyBuffer, st: ShapeTracker) -> list[tuple[LazyBuffer, ShapeTracker]]:
         """What computing `base` at `st` reads: (base, view) of each source, in order."""
         op = base.op
-        if op is LoadOps.CONST:
+        if op is LOAD_CONST:
             return []
-        if op in (LoadOps.CONTIGUOUS, LoadOps.ASSIGN):
+        if op in (LOAD_CONTIGUOUS, LOAD_ASSIGN):
             return [self._place(base.srcs[0], st)]
         if isinstance(op, ReduceOps):
             source = base.srcs[0]
@@ -156,13 +175,13 @@ class KernelBuilder:
     def _make(self, base: LazyBuffer, st: ShapeTracker, srcs: list[LazyOp]) -> LazyOp:
         """The op of `base` at `st` from the ops of its sources (`_children` order)."""
         op = base.op
-        if op is LoadOps.CONST:
-            return LazyOp(BufferOps.CONST, (), ConstBuffer(base.arg, base.dtype, self._unbind(st)))
-        if op in (LoadOps.CONTIGUOUS, LoadOps.ASSIGN):
+        if op is LOAD_CONST:
+            return LazyOp(BUFFER_CONST, (), ConstBuffer(base.arg, base.dtype, self._unbind(st)))
+        if op in (LOAD_CONTIGUOUS, LOAD_ASSIGN):
             return srcs[0]
         if isinstance(op, ReduceOps):
             return LazyOp(op, (srcs[0],), base.arg)
-        arg = base.arg if op in (UnaryOps.CAST, UnaryOps.BITCAST) else None  # canonical: equal graphs, equal ASTs
+        arg = base.arg if op in (UNARY_CAST, UNARY_BITCAST) else None  # canonical: equal graphs, equal ASTs
         return LazyOp(op, tuple(srcs), arg)
 
     def _unbind(self, st: ShapeTracker) -> ShapeTracker:
@@ -180,7 +199,7 @@ def reads_output_in_place_only(ast: LazyOp, bufs: Sequence[Buffer]) -> bool:
         return False
     store_st = ast.src[0].arg.st
     nodes = ast.walk()
-    reads_output = [n for n in nodes if n.op is BufferOps.LOAD and n.arg.idx == 0]
+    reads_output = [n for n in nodes if n.op is BUFFER_LOAD and n.arg.idx == 0]
     if not reads_output:
         return True
     return all(n.arg.st == store_st for n in reads_output) and not any(isinstance(n.op, ReduceOps) for n in nodes)
@@ -224,13 +243,13 @@ class StepBuilder:
         return self.substitutions.get(base, base)
 
     def steps_for(self, base: LazyBuffer) -> list[Step]:
-        if base.op is LoadOps.EMPTY:
-            return [Step(ScheduleItem(LazyOp(LoadOps.EMPTY), (base.buffer,)), (base,), (), (), base)]
-        if base.op is LoadOps.VIEW:
+        if base.op is LOAD_EMPTY:
+            return [Step(ScheduleItem(LazyOp(LOAD_EMPTY), (base.buffer,)), (base,), (), (), base)]
+        if base.op is LOAD_VIEW:
             parent = base.srcs[0].base
-            item = ScheduleItem(LazyOp(LoadOps.VIEW, (), base.arg), (base.buffer, parent.buffer))
+            item = ScheduleItem(LazyOp(LOAD_VIEW, (), base.arg), (base.buffer, parent.buffer))
             return [Step(item, (base,), (self.key(parent),), (parent,), base)]
-        if base.op in (LoadOps.COPY, LoadOps.CUSTOM) or fusion.is_disk_assign(base):
+        if base.op in (LOAD_COPY, LOAD_CUSTOM) or fusion.is_disk_assign(base):
             return self._host_steps(base)
         return self._kernel_steps(base)
 
@@ -241,7 +260,7 @@ class StepBuilder:
         builder = KernelBuilder(output, self.boundary)
         ast = builder.kernel(value, iteration or value.shape, root=root)
         item = ScheduleItem(ast, (output, *builder.inputs), builder.var_vals,
-                            assign=written is owner and owner.op is LoadOps.ASSIGN)
+                            assign=written is owner and owner.op is LOAD_ASSIGN)
         reads = tuple(self.key(base) for base in builder.read_bases)
         direct = tuple(base for base in builder.read_bases if base not in self.substitutions)
         return Step(item, (written,), reads, direct, owner)
@@ -250,13 +269,13 @@ class StepBuilder:
         reduce = self.reduce_of.get(base)
         iteration = reduce.shape if reduce is not None else None
         step = self.kernel_step(base, base.buffer, base, base, iteration, root=True)
-        if base.op is not LoadOps.ASSIGN or reads_output_in_place_only(step.item.ast, step.item.bufs):
+        if base.op is not LOAD_ASSIGN or reads_output_in_place_only(step.item.ast, step.item.bufs):
             return [step]
         temp = Buffer(base.device, base.buffer.size, base.dtype)
         first = self.kernel_step(base, temp, base, temp, iteration, root=True)
         st = ShapeTracker.from_shape(base.shape)
-        load = LazyOp(BufferOps.LOAD, (), MemBuffer(1, base.dtype, st))
-        sink = LazyOp(KernelOps.SINK, (LazyOp(BufferOps.STORE, (load,), MemBuffer(0, base.dtype, st)),))
+        load = LazyOp(BUFFER_LOAD, (), MemBuffer(1, base.dtype, st))
+        sink = LazyOp(KERNEL_SINK, (LazyOp(BUFFER_STORE, (load,), MemBuffer(0, base.dtype, st)),))
         copy = Step(ScheduleItem(sink, (base.buffer, temp), assign=True), (base,), (temp,), (), base)
         return [first, copy]
 
@@ -274,11 +293,11 @@ class StepBuilder:
         disk_assign = fusion.is_disk_assign(base)
         srcs = base.srcs[:1] if disk_assign else base.srcs  # a DISK assign copies its value (srcs[0]) in
         sources = [self.source_buffer(src, base, steps) for src in srcs]
-        if base.op is LoadOps.COPY or disk_assign:
-            ast = LazyOp(LoadOps.COPY, (), base.buffer.nbytes)
+        if base.op is LOAD_COPY or disk_assign:
+            ast = LazyOp(LOAD_COPY, (), base.buffer.nbytes)
         else:
             call = CustomCall(base.arg, _bound_shape(base.shape), tuple(_bound_shape(s.shape) for s in base.srcs))
-            ast = LazyOp(LoadOps.CUSTOM, (), call)
+            ast = LazyOp(LOAD_CUSTOM, (), call)
         reads = tuple(self.key(src.base) if buffer is self.boundary(src.base) else buffer
                       for src, buffer in zip(srcs, sources, strict=True))
         read_bases = tuple(src.base for src, buffer in zip(srcs, sources, strict=True)
@@ -422,6 +441,9 @@ def lazy_buffers(buffers: Sequence[Any]) -> list[LazyBuffer]:
     else is a TypeError naming it."""
     found: list[LazyBuffer] = []
     for buffer in buffers:
+        if type(buffer) is LazyBuffer:
+            found.append(buffer)
+            continue
         shards = getattr(buffer, "lbs", None)
         for shard in shards if shards is not None else [buffer]:
             if not isinstance(shard, LazyBuffer):

@@ -42,12 +42,24 @@ from fast.dtype import ConstType, DType
 from fast.graph import checks
 from fast.graph import versions as ordering
 from fast.graph.keys import arg_key, bound_values, broadcast_tracker, const_value, max_size, normalized, tracker
-from fast.ops import LoadOps, Op, ReduceOps, UnaryOps
+from fast.ops import (
+    LOAD_ASSIGN,
+    LOAD_CONST,
+    LOAD_CONTIGUOUS,
+    LOAD_COPY,
+    LOAD_CUSTOM,
+    LOAD_EMPTY,
+    LOAD_VIEW,
+    UNARY_NEG,
+    LoadOps,
+    Op,
+    ReduceOps,
+)
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Variable, sint
 
 _CACHE: dict[tuple[Any, ...], weakref.ref[LazyBuffer]] = {}  # entries leave in LazyBuffer.__del__
-LOAD_OPS_FOR_USERS = (LoadOps.EMPTY, LoadOps.CONST, LoadOps.CUSTOM)
+LOAD_OPS_FOR_USERS = (LOAD_EMPTY, LOAD_CONST, LOAD_CUSTOM)
 
 
 class Operations:
@@ -106,15 +118,15 @@ class LazyBuffer:
         if op is None:
             raise RuntimeError("LazyBuffer: internal error, a base needs an op")
         self.op, self.arg, self.srcs = op, arg, srcs
-        self.forced_realize = op is LoadOps.CONTIGUOUS or op is LoadOps.ASSIGN or op is LoadOps.COPY
+        self.forced_realize = op is LOAD_CONTIGUOUS or op is LOAD_ASSIGN or op is LOAD_COPY
         self.contiguous_child = self.engine_memo = None
         self.src_versions = ordering.read_versions(op, srcs) if src_versions is None else src_versions
         self._assign_version = self.alias_version = 0
-        if op is LoadOps.ASSIGN or op is LoadOps.VIEW:  # they alias a source's memory: made now
+        if op is LOAD_ASSIGN or op is LOAD_VIEW:  # they alias a source's memory: made now
             self._buffer = _aliasing_buffer(device, shape, dtype, op, arg, srcs)
             self._buffer.ref(1)
             self._assign_version = self._buffer.version
-            self.alias_version = ordering.expected_version(srcs[0]) if op is LoadOps.VIEW else 0
+            self.alias_version = ordering.expected_version(srcs[0]) if op is LOAD_VIEW else 0
 
     def __del__(self) -> None:
         buffer = self._buffer
@@ -145,7 +157,8 @@ class LazyBuffer:
             return self._base.buffer
         buffer = self._buffer
         if buffer is None:
-            buffer = self._buffer = Buffer(self.device, max_size(self.shape), self.dtype)
+            size = self.size if type(self.size) is int else max_size(self.shape)
+            buffer = self._buffer = Buffer(self.device, size, self.dtype)
             buffer.ref(1)
         return buffer
 
@@ -156,7 +169,7 @@ class LazyBuffer:
         buffer = base._buffer
         if buffer is None or not buffer.is_allocated():
             return None
-        if base.op is LoadOps.ASSIGN and buffer.version <= base._assign_version:
+        if base.op is LOAD_ASSIGN and buffer.version <= base._assign_version:
             return None
         return buffer
 
@@ -165,7 +178,7 @@ class LazyBuffer:
 
     def is_unrealized_const(self) -> bool:
         base = self.base
-        return base.op is LoadOps.CONST and (base._buffer is None or not base._buffer.is_allocated())
+        return base.op is LOAD_CONST and (base._buffer is None or not base._buffer.is_allocated())
 
     def is_unrealized_unmasked_const(self) -> bool:
         return self.is_unrealized_const() and (self._base is None or all(view.mask is None for view in self.st.views))
@@ -196,15 +209,15 @@ class LazyBuffer:
         checked = checks.check_shape(op.name, shape)
         dtype = checks.check_dtype(op.name, dtype)
         device = Device.canonicalize(device)
-        if op is LoadOps.CONST:
+        if op is LOAD_CONST:
             checks.check_compute_device("CONST", device)
             arg = const_value("CONST", arg, dtype)
-        elif op is LoadOps.CUSTOM and not callable(arg):
+        elif op is LOAD_CUSTOM and not callable(arg):
             raise TypeError(f"CUSTOM: arg must be a callable fn(out, *inputs), got {arg!r}")
         if not isinstance(src, (tuple, list)):
             raise TypeError(f"{op.name}: src must be a tuple of LazyBuffers, got {src!r}")
         srcs = tuple(checks.check_lazy(op.name, s, LazyBuffer) for s in src)
-        if op is LoadOps.EMPTY and not srcs and tracker(checked).size == 0:
+        if op is LOAD_EMPTY and not srcs and tracker(checked).size == 0:
             return LazyBuffer(device, tracker(checked), dtype, op)  # a real (0-byte) buffer, not a CONST
         return create(device, tracker(checked), dtype, op, arg, srcs)
 
@@ -225,11 +238,11 @@ class LazyBuffer:
         constant = redirected = False
         for s in operands:
             base = s._base or s
-            constant = constant or base.op is LoadOps.CONST
+            constant = constant or base.op is LOAD_CONST
             redirected = redirected or base.contiguous_child is not None
         if constant and (folded := OPERATIONS.fold_constants(op, operands, out_dtype)) is not None:
             return folded
-        if op is UnaryOps.NEG and (inner := OPERATIONS.double_negation(self)) is not None:
+        if op is UNARY_NEG and (inner := OPERATIONS.double_negation(self)) is not None:
             return inner
         resolved = tuple([redirect(s) for s in operands]) if redirected else operands
         st = self.st if self._base is None else tracker(self.shape)  # a base's st is from_shape(shape)
@@ -302,9 +315,9 @@ def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, ar
             srcs: tuple[LazyBuffer, ...] = (), base: LazyBuffer | None = None) -> LazyBuffer:
     """The node for (device, st, dtype, op, arg, srcs) or the view of `base` through `st`, cached."""
     if 0 in st.views[-1].shape:
-        op, arg, srcs, base = LoadOps.CONST, normalized(0, dtype), (), None
+        op, arg, srcs, base = LOAD_CONST, normalized(0, dtype), (), None
         st = tracker(st.shape)
-    if not config.CONFIG.lazycache or op is LoadOps.EMPTY or op is LoadOps.CUSTOM or op is LoadOps.ASSIGN:
+    if not config.CONFIG.lazycache or op is LOAD_EMPTY or op is LOAD_CUSTOM or op is LOAD_ASSIGN:
         return LazyBuffer(device, st, dtype, op, arg, srcs, base)
     versions: tuple[int, ...] | None = None
     bound = bound_values(st) if st.symbolic else ()
@@ -340,7 +353,7 @@ def _aliasing_buffer(device: str, shape: tuple[sint, ...], dtype: DType, op: Op,
                      srcs: tuple[LazyBuffer, ...]) -> Buffer:
     """The Buffer of a base aliasing a source's memory: the target's for ASSIGN, a zero-copy view of
     the source's for VIEW (at byte offset `arg`)."""
-    if op is LoadOps.ASSIGN:
+    if op is LOAD_ASSIGN:
         return srcs[1].base.buffer
     return Buffer(device, max_size(shape), dtype, base=srcs[0].base.buffer, offset=arg)
 
@@ -353,7 +366,7 @@ def const_node(device: str, dtype: DType, value: ConstType, shape: tuple[sint, .
     """A scalar CONST base broadcast to `shape` (no device check: internal). The broadcast view
     has no mask and differs from the scalar's shape, so it is built without `view_of`'s tests (a
     zero-size shape still becomes a CONST 0 in `create`)."""
-    scalar = create(device, _SCALAR, dtype, LoadOps.CONST, value if is_normalized else normalized(value, dtype))
+    scalar = create(device, _SCALAR, dtype, LOAD_CONST, value if is_normalized else normalized(value, dtype))
     if not shape:
         return scalar
     return create(device, broadcast_tracker(shape), dtype, base=scalar)
@@ -365,7 +378,7 @@ def view_of(base: LazyBuffer, st: ShapeTracker) -> LazyBuffer:
     last = st.views[-1]
     shape = last.shape
     if 0 in shape:
-        return create(base.device, st, base.dtype, LoadOps.CONST, 0)
+        return create(base.device, st, base.dtype, LOAD_CONST, 0)
     if last.mask is not None and last.all_invalid and not checks.is_disk(base.device):
         return const_node(base.device, base.dtype, 0, shape)
     if last.contiguous and len(st.views) == 1 and shape == base.shape:

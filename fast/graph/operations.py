@@ -20,7 +20,20 @@ from fast.dtype import DType, dtypes
 from fast.graph import checks, node, rules
 from fast.graph.keys import tracker
 from fast.graph.node import OPERATIONS, LazyBuffer
-from fast.ops import BinaryOps, LoadOps, Op, ReduceOps, UnaryOps
+from fast.ops import (
+    LOAD_ASSIGN,
+    LOAD_CONST,
+    LOAD_CONTIGUOUS,
+    LOAD_COPY,
+    LOAD_EMPTY,
+    LOAD_VIEW,
+    UNARY_BITCAST,
+    UNARY_CAST,
+    UNARY_NEG,
+    BinaryOps,
+    Op,
+    ReduceOps,
+)
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import sint
 from fast.shape.view import View
@@ -38,7 +51,7 @@ def _ints(values: tuple[sint, ...]) -> tuple[int, ...] | None:
 def fold_constants(op: Op, operands: tuple[LazyBuffer, ...], out_dtype: DType) -> LazyBuffer | None:
     """`e(op, *operands)` rewritten by the folding rule for its constant operands (unrealized, unmasked
     CONSTs), or None when no rule applies (the caller then builds the op itself)."""
-    consts = tuple([(s._base or s).arg if (s._base or s).op is LoadOps.CONST and s.is_unrealized_unmasked_const()
+    consts = tuple([(s._base or s).arg if (s._base or s).op is LOAD_CONST and s.is_unrealized_unmasked_const()
                     else None for s in operands])
     if consts.count(None) == len(consts):
         return None
@@ -58,14 +71,14 @@ def apply_fold(fold: rules.Fold, operands: tuple[LazyBuffer, ...], out_dtype: DT
     if fold.kind == "operand":
         return target
     if fold.kind == "neg":
-        return target.e(UnaryOps.NEG)
+        return target.e(UNARY_NEG)
     return target.e(BinaryOps.MUL, target.const(fold.value))
 
 
 def double_negation(lb: LazyBuffer) -> LazyBuffer | None:
     """For NEG of `lb`: when lb is (a view of) an unrealized NEG x, the result is x (through the view)."""
     base = lb.base
-    if base.op is not UnaryOps.NEG or base.realized is not None:
+    if base.op is not UNARY_NEG or base.realized is not None:
         return None
     inner = base.srcs[0]
     return inner if lb is base else node.reapply(inner, lb.st)
@@ -144,7 +157,7 @@ def cast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     base = source.base
     if source is not base and base.realized is None and dtype.itemsize <= lb.dtype.itemsize:
         return node.reapply(base.cast(dtype), source.st)
-    return node.create(lb.device, tracker(lb.shape), dtype, UnaryOps.CAST, dtype, (source,))
+    return node.create(lb.device, tracker(lb.shape), dtype, UNARY_CAST, dtype, (source,))
 
 
 OPERATIONS.cast = cast
@@ -154,14 +167,14 @@ def can_view(lb: LazyBuffer) -> bool:
     """A single consecutive, integer-sized, unmasked view, not a constant: a Buffer.view can hold it."""
     st = lb.st
     return (st.consecutive and isinstance(st.views[0].offset, int) and _ints(lb.shape) is not None
-            and lb.base.op is not LoadOps.CONST)
+            and lb.base.op is not LOAD_CONST)
 
 
 def buffer_view(source: LazyBuffer, dtype: DType, shape: tuple[sint, ...]) -> LazyBuffer:
     """A VIEW base: a zero-copy `Buffer.view` of source's base Buffer at source's byte offset."""
     offset = source.st.views[0].offset
     byte_offset = (offset if isinstance(offset, int) else 0) * source.dtype.itemsize
-    return node.create(source.device, tracker(shape), dtype, LoadOps.VIEW, byte_offset, (source,))
+    return node.create(source.device, tracker(shape), dtype, LOAD_VIEW, byte_offset, (source,))
 
 
 def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
@@ -169,7 +182,7 @@ def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
     bitcast-before-view, or a BITCAST node."""
     new_shape = checks.check_bitcast(lb.dtype, dtype, lb.device, lb.shape)
     if 0 in new_shape:  # nothing to reinterpret (an empty view is consecutive, also on DISK): `create`
-        return node.create(lb.device, tracker(new_shape), dtype, UnaryOps.BITCAST, dtype, (lb,))  # -> CONST
+        return node.create(lb.device, tracker(new_shape), dtype, UNARY_BITCAST, dtype, (lb,))  # -> CONST
     source = node.redirect(lb)
     base = source.base
     if can_view(source) and (base.realized is not None or checks.is_disk(lb.device)):
@@ -183,7 +196,7 @@ def bitcast(lb: LazyBuffer, dtype: DType) -> LazyBuffer:
             return node.const_node(lb.device, dtype, value, lb.shape)
     if source is not base and base.realized is None:
         return node.reapply(base.cast(dtype, bitcast=True), source.st)
-    return node.create(lb.device, tracker(lb.shape), dtype, UnaryOps.BITCAST, dtype, (source,))
+    return node.create(lb.device, tracker(lb.shape), dtype, UNARY_BITCAST, dtype, (source,))
 
 
 OPERATIONS.bitcast = bitcast
@@ -210,7 +223,7 @@ def disk_strided_bitcast(source: LazyBuffer, dtype: DType) -> LazyBuffer | None:
     if any(count % new_size for count in (*outer, start, (high - low) * old_size)):
         return None
     window = node.create(source.device, tracker(((high - low) * old_size // new_size,)), dtype,
-                          LoadOps.VIEW, low * old_size, (base,))
+                          LOAD_VIEW, low * old_size, (base,))
     new_shape = (*shape[:-1], shape[-1] * old_size // new_size)
     rebased = View.create(new_shape, (*(count // new_size for count in outer), 1), start // new_size, None)
     return node.view_of(window, ShapeTracker((rebased,)))
@@ -227,10 +240,10 @@ def contiguous(lb: LazyBuffer) -> LazyBuffer:
     if can_view(lb) and (base.realized is not None or checks.is_disk(lb.device)):
         return buffer_view(lb, lb.dtype, lb.shape)
     if 0 in lb.shape:  # an empty view is consecutive, also on DISK: `create` makes it an empty CONST
-        return node.create(lb.device, tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
+        return node.create(lb.device, tracker(lb.shape), lb.dtype, LOAD_CONTIGUOUS, None, (lb,))
     checks.check_compute_device("CONTIGUOUS of a non-consecutive view", lb.device)
-    ret = node.create(lb.device, tracker(lb.shape), lb.dtype, LoadOps.CONTIGUOUS, None, (lb,))
-    if ret.base is ret and ret.op is LoadOps.CONTIGUOUS:
+    ret = node.create(lb.device, tracker(lb.shape), lb.dtype, LOAD_CONTIGUOUS, None, (lb,))
+    if ret.base is ret and ret.op is LOAD_CONTIGUOUS:
         inverted = lb.st.invert(base.shape)
         if inverted is not None:
             base.contiguous_child = (weakref.ref(ret), inverted)
@@ -252,12 +265,12 @@ def copy_to_device(lb: LazyBuffer, device: str, force: bool) -> LazyBuffer:
         return lb
     base = lb.base
     whole = lb.st.contiguous and lb.size == base.size
-    if not force and whole and base.op is LoadOps.COPY and base.realized is None and not base.stale_reads():
+    if not force and whole and base.op is LOAD_COPY and base.realized is None and not base.stale_reads():
         return base.srcs[0].copy_to_device(device).reshape(lb.shape)
     if checks.is_disk(device) and not checks.is_disk(lb.device) and not whole:
         return _copy(lb.contiguous(), device)  # a file holds its values in order: never a view re-applied
     if lb.is_unrealized_const() and not checks.is_disk(device):
-        const = node.create(device, tracker(base.shape), base.dtype, LoadOps.CONST, base.arg)
+        const = node.create(device, tracker(base.shape), base.dtype, LOAD_CONST, base.arg)
         return node.reapply(const, lb.st)
     if isinstance(lb.size, int) and isinstance(base.size, int) and lb.size < base.size:
         if checks.is_disk(lb.device) and not lb.st.consecutive:
@@ -275,13 +288,13 @@ def disk_assign_value(value: LazyBuffer) -> LazyBuffer:
     view) is copied straight into the target, so the value never occupies the file's first bytes
     (every new DISK Buffer maps the file from byte 0) before the target is written."""
     base = value.base
-    if base.op is not LoadOps.COPY or base.realized is not None or base.stale_reads():
+    if base.op is not LOAD_COPY or base.realized is not None or base.stale_reads():
         return value
     return node.reapply(base.srcs[0], value.st) if value is not base else base.srcs[0]
 
 
 def _copy(source: LazyBuffer, device: str) -> LazyBuffer:
-    return node.create(device, tracker(source.shape), source.dtype, LoadOps.COPY, None, (source,))
+    return node.create(device, tracker(source.shape), source.dtype, LOAD_COPY, None, (source,))
 
 
 def covering_range(st: ShapeTracker, base_size: int) -> tuple[int, int] | None:
@@ -329,7 +342,7 @@ def assign(target: LazyBuffer, value: LazyBuffer) -> LazyBuffer:
     pending = _PENDING_ASSIGNS.get(id(root))
     if pending is not None and pending.realized is None:
         raise RuntimeError(f"ASSIGN: {target!r} already has an unrealized assign pending; realize it first")
-    ret = node.create(target.device, tracker(target.shape), target.dtype, LoadOps.ASSIGN, None, (value, target))
+    ret = node.create(target.device, tracker(target.shape), target.dtype, LOAD_ASSIGN, None, (value, target))
     _PENDING_ASSIGNS[id(root)] = ret
     return ret
 
@@ -344,10 +357,10 @@ def from_numpy(array: Any, device: str) -> LazyBuffer:
     dtype = dtypes.from_numpy(data.dtype)
     shape = tuple(int(size) for size in data.shape)
     if not data.size:  # not through `create`, which turns zero-size graphs into CONST: the result is
-        ret = LazyBuffer(device, tracker(shape), dtype, LoadOps.EMPTY)  # a realized (0-byte) buffer,
+        ret = LazyBuffer(device, tracker(shape), dtype, LOAD_EMPTY)  # a realized (0-byte) buffer,
         ret.buffer.allocate()  # so it can be assigned into like any other
         return ret
-    ret = LazyBuffer.loadop(LoadOps.EMPTY, shape, dtype, device)
+    ret = LazyBuffer.loadop(LOAD_EMPTY, shape, dtype, device)
     flat = np.ascontiguousarray(data, dtype=dtype.storage_np).reshape(-1).view(np.uint8)
     ret.buffer.copyin(flat.data)
     return ret

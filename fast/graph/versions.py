@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from fast.ops import LoadOps, Op
+from fast.ops import LOAD_ASSIGN, LOAD_VIEW, Op
 
 if TYPE_CHECKING:
     from fast.device import Buffer
@@ -67,28 +67,28 @@ def expected_version(lb: Versioned) -> int:
     if lb._base is not None:
         return lb.alias_version
     op = lb.op
-    if op is LoadOps.VIEW:
+    if op is LOAD_VIEW:
         return lb.alias_version
     buffer = lb._buffer
     current = 0 if buffer is None else buffer.version
-    return max(current, lb._assign_version + 1) if op is LoadOps.ASSIGN else current
+    return max(current, lb._assign_version + 1) if op is LOAD_ASSIGN else current
 
 
 def assign_realized(target: Versioned) -> None:
     """Called by the engine once an assign into `target` (a base) has run: a VIEW base that was the
     target now stands for the memory's new contents (views built from it before stay stale)."""
-    if target._base is None and target.op is LoadOps.VIEW:
+    if target._base is None and target.op is LOAD_VIEW:
         target.alias_version = target.buffer.version
 
 
 def _reads(op: Op, srcs: tuple[Versioned, ...]) -> tuple[Versioned, ...]:
     """The sources whose memory a base reads (an ASSIGN reads its value, not its target)."""
-    return srcs[:1] if op is LoadOps.ASSIGN else srcs
+    return srcs[:1] if op is LOAD_ASSIGN else srcs
 
 
 def read_versions(op: Op, srcs: tuple[Versioned, ...]) -> tuple[int, ...]:
     """The expected version of every source read, in `_reads` order."""
-    if op is LoadOps.ASSIGN:
+    if op is LOAD_ASSIGN:
         srcs = srcs[:1]
     # (inlined: a base without a Buffer yet is at version 0; ASSIGN and VIEW bases always have one)
     return tuple([src.alias_version if src._base is not None else 0 if src._buffer is None else expected_version(src)

@@ -173,13 +173,16 @@ class ClangProgram:
 
     def __call__(self, *handles: HostMemory, vals: Sequence[int] = (), wait: bool = False) -> float | None:
         addresses = host_addresses(self.name, "CLANG", handles)
-        values = [value if type(value) is int else int(value) for value in vals]
+        values = [value if type(value) is int else int(value) for value in vals] if vals else ()
         if self.arity != (len(addresses), len(values)):  # ctypes then converts the ints in C
             self.function.argtypes = [ctypes.c_void_p] * len(addresses) + [ctypes.c_int64] * len(values)
             self.arity = (len(addresses), len(values))
+        if not wait:
+            self.function(*addresses, *values)
+            return None
         start = time.perf_counter()
         self.function(*addresses, *values)
-        return time.perf_counter() - start if wait else None
+        return time.perf_counter() - start
 
 
 _ALLOCATOR = HostAllocator()

@@ -13,8 +13,12 @@ Invariants:
 - `alloc(nbytes)` (zeroed) is always zero-filled, pooled or fresh. `alloc(nbytes, zeroed=False)` may
   hold old bytes; the engine asks for it only for buffers a kernel or copy overwrites entirely.
   With `ALLOC_POISON=1` such memory is filled with 0xFF bytes (NaN, -1) to expose any reader.
-- The pool holds at most `ALLOC_CACHE_MB` megabytes (least recently freed dropped first); allocations
-  under `MIN_POOLED` bytes are not pooled (malloc already reuses small blocks cheaply).
+- The pool holds at most `ALLOC_CACHE_MB` megabytes (least recently freed dropped first).
+- Allocations under `MIN_POOLED` bytes go to `SMALL` instead, a plain free list per size with its
+  address (`SmallPool`, at most `SMALL_POOL_BYTES`): malloc would reuse them cheaply, but a new
+  numpy array and the lookup of its address cost microseconds on the path of every small realize.
+  The same rules hold there (nothing reachable is kept, zeroed when asked, poisoned when asked);
+  `ALLOC_CACHE_MB=0` turns both pools off.
 """
 from __future__ import annotations
 
@@ -110,15 +114,56 @@ class Recycler:
 
 RECYCLER = Recycler()
 
+SMALL_POOL_BYTES = 1 << 20
+
+
+class SmallPool:
+    """Freed arrays under MIN_POOLED bytes with their addresses, by size; `held` bytes in all, never
+    more than SMALL_POOL_BYTES (a freed array past that is left to malloc). Thread-safe."""
+
+    def __init__(self) -> None:
+        self.pool: dict[int, list[tuple[np.ndarray, int]]] = {}
+        self.held = 0
+        self.lock = threading.Lock()
+
+    def take(self, size: int) -> tuple[np.ndarray, int] | None:
+        """A pooled (array, address of its first byte) of exactly `size` bytes, or None."""
+        with self.lock:
+            arrays = self.pool.get(size)
+            if not arrays:
+                return None
+            found = arrays.pop()
+            if not arrays:
+                del self.pool[size]
+            self.held -= size
+            return found
+
+    def keep(self, raw: np.ndarray, origin: int) -> None:
+        with self.lock:
+            if self.held + raw.nbytes <= SMALL_POOL_BYTES:
+                self.pool.setdefault(raw.nbytes, []).append((raw, origin))
+                self.held += raw.nbytes
+
+    def clear(self) -> None:
+        with self.lock:
+            self.pool.clear()
+            self.held = 0
+
+
+SMALL = SmallPool()
+
 
 def addresses(kernel: str, device: str, handles: Sequence[object]) -> list[int]:
     """The addresses of `handles` for a call of `kernel`; TypeError naming the kernel and `device`
     when one is not host memory."""
     found: list[int] = []
     for handle in handles:
-        if not isinstance(handle, HostMemory):
+        if type(handle) is HostMemory and handle.owner is not None:
+            found.append(handle.origin + handle.start)  # (what `address` answers, without the call)
+        elif isinstance(handle, HostMemory):
+            found.append(handle.address)  # raises: freed
+        else:
             raise TypeError(f"{kernel}: expected {device} buffers, got {type(handle).__name__}")
-        found.append(handle.address)
     return found
 
 
@@ -132,28 +177,35 @@ class HostAllocator(Allocator):
     alignment = ALIGNMENT
 
     def alloc(self, nbytes: int, zeroed: bool = True) -> HostMemory:
-        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+        if type(nbytes) is not int or nbytes < 0:
             raise ValueError(f"alloc: nbytes must be a non-negative int, got {nbytes!r}")
         size = nbytes + self.alignment
-        settings = config.get()
-        raw = RECYCLER.take(size) if size >= MIN_POOLED else None
+        if size < MIN_POOLED:
+            found = SMALL.take(size)
+            raw, origin = found if found is not None else (None, -1)
+        else:
+            raw, origin = RECYCLER.take(size), -1
         if raw is None:
             raw = _fresh(size, zeroed)
         elif zeroed:
             raw.fill(0)
-        if not zeroed and settings.alloc_poison:
+        if not zeroed and config.get().alloc_poison:
             raw.fill(0xFF)
-        origin = address_of(raw)
+        if origin < 0:
+            origin = address_of(raw)
         return HostMemory(raw, (-origin) % self.alignment, nbytes, origin)
 
     def free(self, handle: HostMemory, nbytes: int | None = None) -> None:
         """Release the handle; its memory is pooled unless a view or anything else still holds it
         (`nbytes` is accepted and ignored)."""
         raw, handle.owner = handle.owner, None
-        if raw is None or raw.nbytes < MIN_POOLED:
+        if raw is None or sys.getrefcount(raw) != 2:  # this frame's name and the call's argument: nobody else
             return
-        if sys.getrefcount(raw) == 2:  # this frame's name and the call's argument: nobody else
-            RECYCLER.keep(raw, config.get().alloc_cache_mb << 20)
+        limit = config.get().alloc_cache_mb << 20
+        if raw.nbytes >= MIN_POOLED:
+            RECYCLER.keep(raw, limit)
+        elif limit:
+            SMALL.keep(raw, handle.origin)
 
     def as_memoryview(self, handle: HostMemory) -> memoryview:
         """Zero-copy byte view of the memory (host devices only)."""

@@ -171,14 +171,19 @@ class LLVMProgram:
         return NativeCall(self.address, (*host_addresses(self.name, "LLVM (host)", handles), *map(int, vals)))
 
     def __call__(self, *handles: HostMemory, vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        arguments = host_addresses(self.name, "LLVM (host)", handles) + [int(value) for value in vals]
+        arguments = host_addresses(self.name, "LLVM (host)", handles)
+        if vals:
+            arguments += [int(value) for value in vals]
         arity = (len(handles), len(vals))
         function = self.functions.get(arity)
         if function is None:
             function = self.functions[arity] = _function_type(*arity)(self.address)
+        if not wait:
+            function(*arguments)
+            return None
         start = time.perf_counter()
         function(*arguments)
-        return time.perf_counter() - start if wait else None
+        return time.perf_counter() - start
 
 
 _ALLOCATOR = HostAllocator()

@@ -10,7 +10,8 @@ import pytest
 
 import fast
 from fast import BinaryOps, ReduceOps, config, from_numpy
-from fast.runtime.host import MIN_POOLED, RECYCLER, HostAllocator
+from fast.runtime import host
+from fast.runtime.host import MIN_POOLED, RECYCLER, SMALL, HostAllocator
 
 SIZE = MIN_POOLED * 2
 
@@ -19,8 +20,10 @@ SIZE = MIN_POOLED * 2
 def empty_pool() -> Iterator[None]:
     """Each test starts and ends with an empty pool (tests in one process must not see each other's)."""
     RECYCLER.clear()
+    SMALL.clear()
     yield
     RECYCLER.clear()
+    SMALL.clear()
 
 
 def test_freed_memory_is_reused_for_the_same_size() -> None:
@@ -66,10 +69,48 @@ def test_memory_held_by_a_view_is_not_pooled() -> None:
     assert (view.window() == 5).all()
 
 
-def test_small_allocations_are_not_pooled() -> None:
+@pytest.mark.parametrize("nbytes", [0, 1, 16, 61, MIN_POOLED - 65])
+def test_small_allocations_come_back_from_the_small_pool(nbytes: int) -> None:
+    """Under MIN_POOLED: the free list by size, with the address it recorded (still 64-byte aligned),
+    zeroed when asked; never in the large pool."""
     allocator = HostAllocator()
-    allocator.free(allocator.alloc(16))
-    assert RECYCLER.held == 0
+    first = allocator.alloc(nbytes)
+    address = first.address
+    first.window()[:] = 7
+    allocator.free(first)
+    assert RECYCLER.held == 0 and SMALL.held == nbytes + allocator.alignment
+    second = allocator.alloc(nbytes)
+    assert second.address == address and second.address % allocator.alignment == 0
+    assert not second.window().any()
+    assert SMALL.held == 0
+
+
+def test_small_memory_still_referenced_is_not_pooled() -> None:
+    allocator = HostAllocator()
+    base = allocator.alloc(256)
+    base.window()[:] = 5
+    view = allocator.offset(base, 64, 64)
+    allocator.free(base)
+    assert SMALL.held == 0
+    allocator.alloc(256, zeroed=False).window()[:] = 9
+    assert (view.window() == 5).all()
+
+
+def test_small_pool_stays_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "SMALL_POOL_BYTES", 4096)
+    allocator = HostAllocator()
+    handles = [allocator.alloc(1024 - allocator.alignment) for _ in range(6)]
+    for handle in handles:
+        allocator.free(handle)
+    assert SMALL.held == 4096
+
+
+def test_small_pool_poisons_unzeroed_memory() -> None:
+    allocator = HostAllocator()
+    allocator.free(allocator.alloc(100))
+    with config.override(alloc_poison=True):
+        reused = allocator.alloc(100, zeroed=False)
+    assert SMALL.held == 0 and (reused.window() == 0xFF).all()
 
 
 def test_pool_stays_within_its_budget_dropping_the_oldest() -> None:
@@ -88,7 +129,8 @@ def test_budget_zero_turns_pooling_off() -> None:
     allocator = HostAllocator()
     with config.override(alloc_cache_mb=0):
         allocator.free(allocator.alloc(SIZE))
-    assert RECYCLER.held == 0
+        allocator.free(allocator.alloc(16))
+    assert RECYCLER.held == 0 and SMALL.held == 0
 
 
 def test_poison_fills_unzeroed_memory() -> None:
