@@ -180,8 +180,9 @@ class Buffer:
         if root._refcount < 0:
             raise RuntimeError(f"Buffer.ref: reference count of {root!r} went negative")
         if delta > 0:
-            root._ever_referenced = True
-        root._maybe_free()
+            root._ever_referenced = True  # (a count above zero frees nothing)
+        elif delta < 0:
+            root._maybe_free()
 
     def _view_died(self) -> None:
         self._live_views -= 1

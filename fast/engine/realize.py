@@ -331,7 +331,7 @@ def realize(*buffers: Any) -> None:
         return
     steps = _schedule_and_run(outs)
     if signature is not None and (recorded := replay.record(signature, steps)) is not None:
-        replay.TEMPLATES.store(signature.key, recorded)
+        replay.TEMPLATES.store(signature, recorded)
     if config.get().debug >= 1:
         _print_realized(start, [step.item.ast for step in steps])
 

@@ -10,7 +10,7 @@ checked exactly as the scheduler checks them. Only schedules whose items are ker
 over the graph's own buffers are recorded (`record`); one-device kernel-only templates run directly
 (`Template.direct`), the others through `run_schedule` (devices in parallel, copies).
 
-The key (`Signature.key`) holds, per unrealized base in a fixed walk order: op, arg, dtype, shape,
+The key (`Signature.parts`) holds, per unrealized base in a fixed walk order: op, arg, dtype, shape,
 device and, per source, whether it is an unrealized base (by number) or a realized one (by number
 among the distinct realized bases) and the view it is read through; plus the outputs' views and
 the configuration. A constant's value is not in the key: constants are slots, one per distinct
@@ -54,8 +54,9 @@ _ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
 ConstKey = tuple[DType, int]  # a constant slot: (dtype, bit pattern), see codegen/const_args.py
 
 
-class Signature(NamedTuple):  # (a tuple: built on every realize, and a frozen dataclass costs more)
-    key: Key
+class Signature(NamedTuple):  # (a tuple: built on every realize, with tuple.__new__, which is C)
+    parts: tuple[Any, ...]  # the key: equal parts, equal structure (module docstring)
+    hashed: int  # the hash of a function of `parts` that hashes in C alone (`signature`)
     bases: list[LazyBuffer]  # unrealized bases, in discovery order
     leaves: list[LazyBuffer]  # realized bases read, in first-read order
     consts: list[ConstKey]  # the graph's constant slots, in first-appearance order
@@ -89,7 +90,7 @@ def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
     (). Everything it reads is fixed when the base is built, so it is memoized in `base.engine_memo`;
     what can change later (forced realization, values, stale reads) is checked by `signature`. The
     op is there by id() (enum members live as long as the process; Enum's __hash__ is slow Python),
-    and (op, shape) first: it is the part `Key` hashes. A constant's value is a slot, not its arg
+    and (op, shape) first: it is the part a signature hashes. A constant's value is a slot, not its arg
     (`_Walk.const_slot`); a float arg is keyed by its bits (`arg_key`)."""
     op, device, arg = base.op, base.device, base.arg
     if op is LOAD_COPY:
@@ -106,24 +107,6 @@ def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
     entry = ((id(op), base.shape), arg, base.dtype, device)
     base.engine_memo = entry
     return entry
-
-
-class Key:
-    """A signature key: `parts` decide equality; the hash is computed once, from `light`, a function
-    of the parts that hashes in C alone (op ids, shapes, numbers: no ShapeTracker or DType, whose
-    hashes are Python calls). Equal parts have equal light parts, so equal keys hash alike; keys
-    that differ only elsewhere share a hash and are told apart by `parts`."""
-
-    __slots__ = ("parts", "hashed")
-
-    def __init__(self, parts: tuple[Any, ...], light: tuple[Any, ...]) -> None:
-        self.parts, self.hashed = parts, hash(light)
-
-    def __hash__(self) -> int:
-        return self.hashed
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Key and self.hashed == other.hashed and self.parts == other.parts
 
 
 def _holds_values(base: LazyBuffer) -> bool:
@@ -144,9 +127,9 @@ class _Walk:
     __slots__ = ("numbers", "bases", "leaf_numbers", "leaves", "const_numbers", "consts")
 
     def __init__(self) -> None:
-        self.numbers: dict[int, int] = {}
+        self.numbers: dict[LazyBuffer, int] = {}  # (by identity: LazyBuffer keeps object's hash)
         self.bases: list[LazyBuffer] = []
-        self.leaf_numbers: dict[int, int] = {}
+        self.leaf_numbers: dict[LazyBuffer, int] = {}
         self.leaves: list[LazyBuffer] = []
         self.const_numbers: dict[ConstKey, int] = {}
         self.consts: list[ConstKey] = []
@@ -162,7 +145,7 @@ class _Walk:
 
     def entries(self) -> tuple[list[tuple[Any, ...]], list[Any]] | None:
         """(the key entry of each unrealized base, walked from `bases` as it grows; the (op, shape)
-        part of each, what `Key` hashes), or None when one may not be replayed: forced to realize,
+        part of each, what the signature hashes), or None when one may not be replayed: forced to realize,
         reading memory assigned since (a stale read: the scheduler raises for it), or reading an
         unrealized assign (scheduled, not replayed)."""
         numbers, bases, leaf_numbers, leaves = self.numbers, self.bases, self.leaf_numbers, self.leaves
@@ -183,18 +166,18 @@ class _Walk:
                 source = src._base or src
                 buffer = source._buffer
                 if buffer is None or buffer._handle is None:
-                    number = numbers.get(id(source))
+                    number = numbers.get(source)
                     if number is None:
-                        number = numbers[id(source)] = len(bases)
+                        number = numbers[source] = len(bases)
                         bases.append(source)
                     refs.append(("b", number, src.st))
                     continue
                 current = (buffer._base or buffer)._version
                 if current > version or (source.op is LOAD_ASSIGN and current <= source._assign_version):
                     return None
-                number = leaf_numbers.get(id(source))
+                number = leaf_numbers.get(source)
                 if number is None:
-                    number = leaf_numbers[id(source)] = len(leaves)
+                    number = leaf_numbers[source] = len(leaves)
                     leaves.append(source)
                 refs.append(("l", number, src.st, source.dtype, source.device))
             entries.append((static, tuple(refs)))
@@ -210,17 +193,17 @@ def signature(outs: Sequence[LazyBuffer]) -> Signature | None:
         base = out._base or out
         if _holds_values(base):
             return None
-        number = numbers.get(id(base))
+        number = numbers.get(base)
         if number is None:
-            number = numbers[id(base)] = len(bases)
+            number = numbers[base] = len(bases)
             bases.append(base)
         outputs.append((number, out.st))
     found = walk.entries()
     if found is None:
         return None
     entries, light = found
-    key = Key((tuple(entries), tuple(outputs), config.get()), tuple(light))
-    return Signature(key, bases, walk.leaves, walk.consts)
+    parts = (tuple(entries), tuple(outputs), config.get())
+    return tuple.__new__(Signature, (parts, hash(tuple(light)), bases, walk.leaves, walk.consts))
 
 
 def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
@@ -287,35 +270,47 @@ def instantiate(template: Template, sig: Signature) -> list[ScheduleItem]:
 
 
 class _Cached:
-    """A cached template and the clock reading of its last use."""
+    """A template, the signature parts it was recorded for, and the clock reading of its last use."""
 
-    __slots__ = ("template", "used")
+    __slots__ = ("parts", "template", "used")
 
-    def __init__(self, template: Template, used: int) -> None:
-        self.template, self.used = template, used
+    def __init__(self, parts: tuple[Any, ...], template: Template, used: int) -> None:
+        self.parts, self.template, self.used = parts, template, used
 
 
-class TemplateCache(dict[Any, _Cached]):
-    """Least recently used templates, at most MAX_TEMPLATES. A hit only stamps its entry with the
-    clock (no reordering, no lock: `dict.get` and an attribute store are atomic, and lanes may
-    realize concurrently); a store past the limit evicts the entry with the oldest stamp, under the
-    lock (a store follows a scheduled realize, which costs far more than the scan)."""
+class TemplateCache(dict[int, list[_Cached]]):
+    """Least recently used templates, at most MAX_TEMPLATES, by signature hash (each bucket a list,
+    nearly always of one; equal `parts` decide). The hash is an int and the parts are compared in C:
+    a lookup makes no Python call. A hit only stamps its entry with the clock (no reordering, no
+    lock: `dict.get` and an attribute store are atomic, and lanes may realize concurrently); a store
+    replaces its bucket by a new list and, past the limit, evicts the entry with the oldest stamp,
+    under the lock (a store follows a scheduled realize, which costs far more than the scan)."""
 
     lock = threading.Lock()
     clock = itertools.count()
 
-    def lookup(self, key: Any) -> Template | None:
-        cached = self.get(key)
-        if cached is None:
-            return None
-        cached.used = next(self.clock)
-        return cached.template
+    def lookup(self, sig: Signature) -> Template | None:
+        for cached in self.get(sig.hashed, ()):
+            if cached.parts == sig.parts:
+                cached.used = next(self.clock)
+                return cached.template
+        return None
 
-    def store(self, key: Any, template: Template) -> None:
+    def store(self, sig: Signature, template: Template) -> None:
         with self.lock:
-            self[key] = _Cached(template, next(self.clock))
-            while len(self) > MAX_TEMPLATES:
-                del self[min(self, key=lambda stored: self[stored].used)]
+            kept = [cached for cached in self.get(sig.hashed, ()) if cached.parts != sig.parts]
+            self[sig.hashed] = [*kept, _Cached(sig.parts, template, next(self.clock))]
+            while sum(map(len, self.values())) > MAX_TEMPLATES:
+                self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        hashed, oldest = min(((hashed, cached) for hashed, bucket in self.items() for cached in bucket),
+                             key=lambda found: found[1].used)
+        kept = [cached for cached in self[hashed] if cached is not oldest]
+        if kept:
+            self[hashed] = kept
+        else:
+            del self[hashed]
 
 
 TEMPLATES = TemplateCache()
@@ -335,7 +330,7 @@ def prepare(outs: Sequence[LazyBuffer]) -> tuple[Signature | None, Template | No
     sig = signature(outs)
     if sig is None:
         return None, None
-    template = TEMPLATES.lookup(sig.key)
+    template = TEMPLATES.lookup(sig)
     if template is not None:
         for out in outs:
             if out._base is not None:  # only a view can be stale: a replayable base holds its op's value

@@ -14,8 +14,8 @@ Invariants:
   hold old bytes; the engine asks for it only for buffers a kernel or copy overwrites entirely.
   With `ALLOC_POISON=1` such memory is filled with 0xFF bytes (NaN, -1) to expose any reader.
 - The pool holds at most `ALLOC_CACHE_MB` megabytes (least recently freed dropped first).
-- Allocations under `MIN_POOLED` bytes go to `SMALL` instead, a plain free list per size with its
-  address (`SmallPool`, at most `SMALL_POOL_BYTES`): malloc would reuse them cheaply, but a new
+- Allocations under `MIN_POOLED` bytes go to `SMALL` instead, a lock-free free list per size with
+  their addresses (`SmallPool`, a few MiB at most): malloc would reuse them cheaply, but a new
   numpy array and the lookup of its address cost microseconds on the path of every small realize.
   The same rules hold there (nothing reachable is kept, zeroed when asked, poisoned when asked);
   `ALLOC_CACHE_MB=0` turns both pools off.
@@ -114,40 +114,46 @@ class Recycler:
 
 RECYCLER = Recycler()
 
-SMALL_POOL_BYTES = 1 << 20
+SMALL_SIZES = 64  # distinct sizes the small pool keeps arrays of
+SMALL_BYTES_PER_SIZE = 1 << 16  # and the bytes it keeps of each (always room for one array)
 
 
 class SmallPool:
-    """Freed arrays under MIN_POOLED bytes with their addresses, by size; `held` bytes in all, never
-    more than SMALL_POOL_BYTES (a freed array past that is left to malloc). Thread-safe."""
+    """Freed arrays under MIN_POOLED bytes with their addresses, by size: at most SMALL_SIZES sizes,
+    and of each at most SMALL_BYTES_PER_SIZE bytes or one array (8 MiB in all at worst). Lock-free:
+    a free list is only ever popped and appended to, each atomic under the GIL (a lock would cost
+    more than the allocation it saves); two threads may both append past the limit, by one each."""
 
     def __init__(self) -> None:
         self.pool: dict[int, list[tuple[np.ndarray, int]]] = {}
-        self.held = 0
-        self.lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        """Bytes pooled now."""
+        return sum(size * len(arrays) for size, arrays in list(self.pool.items()))
 
     def take(self, size: int) -> tuple[np.ndarray, int] | None:
         """A pooled (array, address of its first byte) of exactly `size` bytes, or None."""
-        with self.lock:
-            arrays = self.pool.get(size)
-            if not arrays:
+        arrays = self.pool.get(size)
+        if arrays:
+            try:
+                return arrays.pop()
+            except IndexError:  # another thread took the last one
                 return None
-            found = arrays.pop()
-            if not arrays:
-                del self.pool[size]
-            self.held -= size
-            return found
+        return None
 
     def keep(self, raw: np.ndarray, origin: int) -> None:
-        with self.lock:
-            if self.held + raw.nbytes <= SMALL_POOL_BYTES:
-                self.pool.setdefault(raw.nbytes, []).append((raw, origin))
-                self.held += raw.nbytes
+        size = raw.nbytes
+        arrays = self.pool.get(size)
+        if arrays is None:
+            if len(self.pool) >= SMALL_SIZES:
+                return
+            arrays = self.pool.setdefault(size, [])
+        if not arrays or (len(arrays) + 1) * size <= SMALL_BYTES_PER_SIZE:
+            arrays.append((raw, origin))
 
     def clear(self) -> None:
-        with self.lock:
-            self.pool.clear()
-            self.held = 0
+        self.pool.clear()
 
 
 SMALL = SmallPool()

@@ -97,12 +97,18 @@ def test_small_memory_still_referenced_is_not_pooled() -> None:
 
 
 def test_small_pool_stays_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host, "SMALL_POOL_BYTES", 4096)
+    """At most SMALL_BYTES_PER_SIZE of a size (but always one array), at most SMALL_SIZES sizes."""
+    monkeypatch.setattr(host, "SMALL_BYTES_PER_SIZE", 4096)
+    monkeypatch.setattr(host, "SMALL_SIZES", 3)
     allocator = HostAllocator()
     handles = [allocator.alloc(1024 - allocator.alignment) for _ in range(6)]
+    handles += [allocator.alloc(8000 - allocator.alignment) for _ in range(2)]
+    handles += [allocator.alloc(size - allocator.alignment) for size in (2048, 3072)]
     for handle in handles:
         allocator.free(handle)
-    assert SMALL.held == 4096
+    assert sorted(SMALL.pool) == [1024, 2048, 8000]  # the fourth size found no room
+    assert [len(SMALL.pool[size]) for size in (1024, 2048, 8000)] == [4, 1, 1]
+    assert SMALL.held == 4096 + 2048 + 8000
 
 
 def test_small_pool_poisons_unzeroed_memory() -> None:
