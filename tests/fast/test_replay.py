@@ -197,3 +197,35 @@ def test_copies_from_disk_are_never_replayed(schedules: list[int], tmp_path) -> 
         out = disk.copy_to_device("CLANG").e(BinaryOps.ADD, from_numpy(a, "CLANG"))
         np.testing.assert_array_equal(to_numpy(out), a + a)
     assert len(schedules) == 2
+
+
+def _signature(parts: tuple[int, ...], hashed: int) -> replay.Signature:
+    return replay.Signature(parts, hashed, [], [], [])
+
+
+def test_template_cache_tells_equal_hashes_apart_by_parts() -> None:
+    cache = replay.TemplateCache()
+    first, second = replay.Template((), (1,)), replay.Template((), (2,))
+    cache.store(_signature((1,), 7), first)
+    cache.store(_signature((2,), 7), second)  # the same hash, other parts: a second entry in the bucket
+    assert cache.lookup(_signature((1,), 7)) is first
+    assert cache.lookup(_signature((2,), 7)) is second
+    assert cache.lookup(_signature((3,), 7)) is None and cache.lookup(_signature((1,), 8)) is None
+    third = replay.Template((), (3,))
+    cache.store(_signature((1,), 7), third)  # the same parts again: replaced, not added
+    assert cache.lookup(_signature((1,), 7)) is third and sum(map(len, cache.values())) == 2
+
+
+def test_template_cache_evicts_the_least_recently_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay, "MAX_TEMPLATES", 3)
+    cache = replay.TemplateCache()
+    templates = [replay.Template((), (number,)) for number in range(5)]
+    for number in range(3):
+        cache.store(_signature((number,), number % 2), templates[number])
+    assert cache.lookup(_signature((0,), 0)) is templates[0]  # 0 used last: 1 is now the oldest
+    cache.store(_signature((3,), 1), templates[3])
+    assert cache.lookup(_signature((1,), 1)) is None
+    assert [cache.lookup(_signature((number,), number % 2)) for number in (0, 2, 3)] == \
+        [templates[0], templates[2], templates[3]]
+    cache.store(_signature((4,), 0), templates[4])  # 0 is now the oldest (looked up before 2 and 3)
+    assert cache.lookup(_signature((0,), 0)) is None and sum(map(len, cache.values())) == 3
