@@ -10,25 +10,15 @@ from hypothesis import strategies as st
 
 import reference
 from conformance.directed import directed_programs
-from conformance.driver import replay
 from conformance.profiles import GenConfig
-from conformance.program import Movement, Program
+from conformance.program import Program
 from conformance.runner import check
 from conformance.strategies import programs
 
 
-def _known_reference_bug(program: Program) -> bool:
-    """reference raises TypeError for pad(()) of a 0-d buffer (test_conf_regressions.py)."""
-    error = replay(reference, program).error
-    if error is None or error.kind != "TypeError":
-        return False
-    pads = [i for i, s in enumerate(program.steps) if isinstance(s, Movement) and s.kind == "pad" and s.arg == ()]
-    return bool(pads) and min(pads) <= error.step
-
-
 def _assert_clean(program: Program) -> None:
     mismatches = check(program, reference, reference).mismatches
-    if mismatches and not _known_reference_bug(program):
+    if mismatches:
         pytest.fail("\n".join(m.signature + ": " + m.detail for m in mismatches) + "\n" + program.render("reference"))
 
 
