@@ -58,7 +58,10 @@ from fast.ops import (
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Variable, sint
 
-_CACHE: dict[tuple[Any, ...], weakref.ref[LazyBuffer]] = {}  # entries leave in LazyBuffer.__del__
+# The weak cache: key -> a one-item list holding a weak reference to the node (None while it is
+# being made), so a miss hashes its key once (`create`'s setdefault) rather than twice. Entries
+# leave in LazyBuffer.__del__.
+_CACHE: dict[tuple[Any, ...], list[weakref.ref[LazyBuffer] | None]] = {}
 LOAD_OPS_FOR_USERS = (LOAD_EMPTY, LOAD_CONST, LOAD_CUSTOM)
 
 
@@ -134,9 +137,10 @@ class LazyBuffer:
             buffer.ref(-1)
         key = self.cache_key
         if key is not None and _CACHE is not None:  # (None only while the interpreter shuts down)
-            entry = _CACHE.pop(key, None)  # one hash of the key; put back if it names another live node
-            if entry is not None and (alive := entry()) is not None and alive is not self:
-                _CACHE[key] = entry
+            holder = _CACHE.pop(key, None)  # one hash of the key; put back if it names another live node
+            if holder is not None and (ref := holder[0]) is not None and (alive := ref()) is not None \
+                    and alive is not self:
+                _CACHE[key] = holder
 
     def __repr__(self) -> str:
         if self._base is not None:
@@ -330,21 +334,32 @@ def create(device: str, st: ShapeTracker, dtype: DType, op: Op | None = None, ar
         versions = ordering.read_versions(op, srcs)  # type: ignore[arg-type]
         key = (device, st, dtype, id(op), arg if arg is None or type(arg) is int else arg_key(arg), versions, bound,
                *map(weakref.ref, srcs))
-    entry = _CACHE.get(key)
-    if entry is not None:
-        hit = entry()
-        if hit is not None:
-            return hit
-    ret = LazyBuffer(device, st, dtype, op, arg, srcs, base, versions)
+    holder = _CACHE.setdefault(key, [None])
+    ref = holder[0]
+    if ref is not None and (hit := ref()) is not None:
+        return hit
+    try:
+        ret = LazyBuffer(device, st, dtype, op, arg, srcs, base, versions)
+    except BaseException:
+        if holder[0] is None:
+            _CACHE.pop(key, None)  # nothing was made: no entry stays behind
+        raise
     ret.cache_key = key
-    _CACHE[key] = weakref.ref(ret)
+    holder[0] = weakref.ref(ret)
     return ret
+
+
+def cached_node(key: tuple[Any, ...]) -> LazyBuffer | None:
+    """The live node the weak cache holds under `key`, if any (for tests and debugging)."""
+    holder = _CACHE.get(key)
+    ref = holder[0] if holder is not None else None
+    return ref() if ref is not None else None
 
 
 def forget_cached(lb: LazyBuffer) -> None:
     """Drop `lb` from the weak cache (an assign target: its memory no longer holds its op's value)."""
     key = lb.cache_key
-    if key is not None and (entry := _CACHE.get(key)) is not None and entry() is lb:
+    if key is not None and cached_node(key) is lb:
         del _CACHE[key]
     lb.cache_key = None
 

@@ -97,7 +97,7 @@ def test_weak_cache_returns_the_same_object_and_forgets_dead_ones() -> None:
     assert x.r(ReduceOps.SUM, (1,)) is x.r(ReduceOps.SUM, (1,))
     assert x.const(0.0) is not x.const(-0.0)
     node = x.e(UnaryOps.EXP2)
-    keys = [key for key, entry in lazy_module._CACHE.items() if entry() is node]
+    keys = [key for key in list(lazy_module._CACHE) if lazy_module.cached_node(key) is node]
     dead = weakref.ref(node)
     del node
     gc.collect()
