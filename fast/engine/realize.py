@@ -358,14 +358,8 @@ def _replay(template: replay.Template, signature: replay.Signature) -> bool:
                 and replay_lanes.run(template, signature, get_kernel, runnable)):
             run_schedule(replay.instantiate(template, signature), template.plans)
         return True
-    if bits is None and template.kernels:  # (the hot path: buffers found item by item)
-        bases, leaves = signature.bases, signature.leaves
-        for (ast, refs), (kernel, constants) in zip(template.items, template.kernels, strict=True):
-            found = [bases[number].buffer if kind == "base" else leaves[number].buffer for kind, number in refs]
-            replay_lanes.run_kernel(kernel, constants, ast, found, runnable)
-        return True
     buffers = replay.buffers_of(template, signature)
-    kernels = _template_kernels(template, buffers, bits)
+    kernels = template.kernels if bits is None and template.kernels else _template_kernels(template, buffers, bits)
     for (ast, _), bufs, (kernel, constants) in zip(template.items, buffers, kernels, strict=True):
         replay_lanes.run_kernel(kernel, constants, ast, bufs, runnable)
     return True
