@@ -198,6 +198,14 @@ class IRBuilder:
             valid = None
         self._emit(Instr(IROps.STORE, None, (index, value) if valid is None else (index, value, valid), buffer))
 
+    def prefetch(self, buffer: int, index: int, valid: int | None = None) -> None:
+        """A hint that buffer[index] is read soon; `index` must be in bounds wherever `valid` holds."""
+        if valid is not None and self.const_value(valid) is not None:
+            if not self.const_value(valid):
+                return
+            valid = None
+        self._emit(Instr(IROps.PREFETCH, None, (index,) if valid is None else (index, valid), buffer))
+
     def define_acc(self, init: ConstType, dtype: DType) -> int:
         return self._emit(Instr(IROps.DEFINE_ACC, dtype, (), normalize_const(init, dtype.scalar())))
 

@@ -20,6 +20,10 @@ Instruction set (`IROps`):
 - `DEFINE_ACC`  arg: initial value; a mutable accumulator. Reading it gives its current value.
 - `ASSIGN`      srcs: (acc, value); acc := value. No value.
 - `STORE`       arg: buffer idx (an output); srcs: (index, value) or (index, value, valid).
+- `PREFETCH`    arg: buffer idx; srcs: (index,) or (index, valid). No value, no effect on any value: a
+                hint that the cache line holding buffer[index] is read soon (codegen/prefetch.py).
+                `index` is in bounds whenever `valid` holds; renderers touch nothing otherwise and
+                may render it as nothing at all.
 - `VECTORIZE`   srcs: n scalar values of one dtype T; its value is the vector `T.vec(n)` of them.
 - `GEP`         srcs: (vector,); arg: lane number; its value is that lane (a scalar).
 
@@ -54,7 +58,7 @@ from fast.ops import (
 class IROps(Enum):
     DEFINE_VAR = auto(); CONST = auto(); LOOP = auto(); ENDLOOP = auto(); INDEX = auto()  # noqa: E702
     LOAD = auto(); ALU = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); STORE = auto()  # noqa: E702
-    VECTORIZE = auto(); GEP = auto()  # noqa: E702
+    VECTORIZE = auto(); GEP = auto(); PREFETCH = auto()  # noqa: E702
 
 
 class FusedOps(OpEnum):
@@ -176,7 +180,7 @@ def format_instr(number: int, instr: Instr) -> str:
     arg = instr.arg.name if isinstance(instr.arg, Enum) else instr.arg
     if isinstance(instr.arg, DType):
         arg = instr.arg.name
-    if instr.op in (IROps.LOAD, IROps.STORE):
+    if instr.op in (IROps.LOAD, IROps.STORE, IROps.PREFETCH):
         arg = f"data{instr.arg}"
     srcs = " ".join(f"%{src}" for src in instr.srcs)
     head = f"%{number} = " if instr.op in VALUE_OPS else ""
@@ -254,6 +258,10 @@ def _memory_dtype(program: LinearProgram, where: str, instr: Instr, src_types: l
 
 def _expected_dtype(program: LinearProgram, number: int, instr: Instr, src_types: list[DType]) -> DType | None:
     op, where = instr.op, f"%{number} {instr.op.name.lower()}"
+    if op is IROps.PREFETCH:
+        if not 0 <= instr.arg < len(program.buffers) or src_types not in ([INT64], [INT64, BOOL]):
+            raise IRError(f"{where}: buffer {instr.arg}, operands {[t.name for t in src_types]}")
+        return None
     if op in (IROps.LOAD, IROps.STORE):
         return _memory_dtype(program, where, instr, src_types)
     if op is IROps.INDEX:

@@ -44,6 +44,7 @@ from fast.codegen.ir import (
     verify,
 )
 from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
+from fast.codegen.prefetch import prefetched_loads
 from fast.codegen.streaming import streamed_buffers
 from fast.dtype import DType, dtypes
 from fast.ops import (
@@ -82,6 +83,7 @@ class _Lowering:
         self.var_refs: dict[Variable, int] = {}
         self.offsets: dict[int, Node] = {}  # axis -> start of the current chunk (plan.chunk) or tail
         self.chunk_counter: Variable | None = None
+        self.counters: dict[int, tuple[Variable, Node]] = {}  # axis -> (its loop counter, the loop's count)
         self.thread_vars: tuple[int, int] | None = None  # `core, cores` once defined: the kernel is threaded
         self.split_pending = True  # the next GLOBAL loop opened is this nest's first: threads share it
         names = {v.expr for v in info.variables}
@@ -181,6 +183,7 @@ class _Lowering:
                 prefix = "gidx" if kind is LoopKind.GLOBAL else "ridx"
                 counter = Variable(f"{prefix}{axis.axis}~", 0, max(count.max - 1, 0))
                 self.var_refs[counter] = self.builder.loop(*self._loop_bounds(count, kind, split), kind)
+                self.counters[axis.axis] = (counter, count)
                 base = base + counter * axis.step
             groups = [[{**env, axis.axis: base + copy * axis.vector + lane} for env in group
                        for lane in range(axis.vector)] for group in groups for copy in range(axis.unroll)]
@@ -355,9 +358,11 @@ class _Lowering:
         # threads share rows only: a row's reduces and STOREs stay on one thread (the STOREs may read
         # back what the row's last reduce loop stored, see `_scratch_store`)
         inner_groups = self._open_loops(self.plan.inner_axes, LoopKind.GLOBAL, split=False)
+        prefetched = prefetched_loads(self.info) if self.options.prefetch and not config.get().noopt else ()
         for copy, group in enumerate(output_groups):
             for inner_group in inner_groups:
                 lanes = [{**out, **inner} for out in group for inner in inner_group]
+                self._prefetch_next_row(output_axes, lanes, prefetched)
                 memo: dict[int, int] = {}
                 if scratch is not None:  # the last reduce's input, stored during its loop: read, not recomputed
                     memo[id(self.info.reduces[-1].src[0])] = self._load(LazyOp(BufferOps.LOAD, (), scratch.arg), lanes)
@@ -365,6 +370,21 @@ class _Lowering:
                     self._store(store, lanes, self._lower_node(store.src[0], lanes, values[copy], memo))
         self._close_loops(self.plan.inner_axes)
         self._close_loops(output_axes)
+
+    def _prefetch_next_row(self, output_axes: tuple[AxisPlan, ...], lanes: Group, loads: tuple[LazyOp, ...]) -> None:
+        """PREFETCH what `loads` read for `lanes` one step further along the outermost output loop,
+        when that step exists (codegen/prefetch.py); vector accesses only."""
+        outer = next((axis for axis in output_axes if axis.has_loop), None)
+        if outer is None or not loads:
+            return
+        counter, count = self.counters[outer.axis]
+        shifted = [{axis: node.substitute({counter: counter + 1}) for axis, node in env.items()} for env in lanes]
+        has_next = self._render_bool((counter + 1) < count)
+        for load in loads:
+            kind, places = self._access(load.arg.st, shifted, load.arg.dtype)
+            if kind == "vector":
+                index, valid = places[0]
+                self.builder.prefetch(load.arg.idx, self._render_int(index), self._both(has_next, valid))
 
     def _scratch_store(self) -> LazyOp | None:
         """In a row kernel whose one STORE recomputes the last reduce's input (softmax: exp(x - max)

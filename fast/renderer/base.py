@@ -59,6 +59,8 @@ class RendererOptions:
       accumulators (codegen/opt.py) use about half of them.
     - `fused_multiply_add`: float32/float64 sums of products accumulate with FMA, one rounding per
       step (codegen/fma.py); the renderer then renders `FusedOps.FMA` with the hardware instruction.
+    - `prefetch`: row kernels prefetch their next row while finishing the current one
+      (codegen/prefetch.py); the renderer renders `IROps.PREFETCH` as a cache hint.
     """
 
     vector_bytes: int = 0
@@ -72,6 +74,7 @@ class RendererOptions:
     stream_min_bytes: int = 0
     vector_registers: int = 16
     fused_multiply_add: bool = False
+    prefetch: bool = False
 
     @property
     def supports_vectors(self) -> bool:
@@ -85,10 +88,10 @@ class RendererOptions:
 
 
 def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0,
-                fused_multiply_add: bool = False) -> RendererOptions:
+                fused_multiply_add: bool = False, prefetch: bool = False) -> RendererOptions:
     """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes
-    (`stream_min_bytes`, `fused_multiply_add`: see RendererOptions; only for hosts that have
-    non-temporal vector stores and FMA instructions).
+    (`stream_min_bytes`, `fused_multiply_add`, `prefetch`: see RendererOptions; the first two only
+    for hosts that have non-temporal vector stores and FMA instructions).
     64-byte registers are AVX-512's, which has 32 of them; narrower ones are counted as 16 (AVX2,
     SSE; NEON's 32 are not counted on)."""
     return RendererOptions(vector_bytes=vector_bytes, vector_registers=32 if vector_bytes >= 64 else 16,
@@ -97,7 +100,7 @@ def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int =
                            vector_memory=frozenset(VECTOR_FLOATS + VECTOR_INTS) if vector_bytes else frozenset(),
                            max_upcast=4, max_unroll=8, supports_threads=threads,
                            stream_min_bytes=stream_min_bytes if vector_bytes else 0,
-                           fused_multiply_add=fused_multiply_add)
+                           fused_multiply_add=fused_multiply_add, prefetch=prefetch)
 
 
 class Renderer(ABC):

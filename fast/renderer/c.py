@@ -82,6 +82,7 @@ class CDialect:
     - `helper`: the qualifiers replacing `static inline` on helper functions;
     - `vectors`: GCC/clang vector extensions are available (else vector dtypes are an error);
     - `store_fence`: the statement ending a kernel that streamed stores;
+    - `prefetch`: the statement hinting that `{pointer}` is read soon ("": PREFETCH renders nothing);
     - GPU dialects only (renderer/c_grid.py), int64 expressions: `thread` (this thread in its
       block), `threads` (threads per block), `block` (this block), `blocks` (blocks in the grid);
       `barrier`: the statement that waits for every thread of the block; `shared`: the qualifier of
@@ -93,6 +94,7 @@ class CDialect:
     helper: str
     vectors: bool
     store_fence: str
+    prefetch: str = ""
     thread: str = ""
     threads: str = ""
     block: str = ""
@@ -102,7 +104,8 @@ class CDialect:
 
 
 C_DIALECT = CDialect(prelude="#include <stdint.h>\n#include <string.h>\n#include <math.h>\n", kernel_head="void ",
-                     restrict="restrict", helper="static inline", vectors=True, store_fence="_mm_sfence();")
+                     restrict="restrict", helper="static inline", vectors=True, store_fence="_mm_sfence();",
+                     prefetch="__builtin_prefetch({pointer}, 0, 3);")
 
 
 class _Kernel:
@@ -255,6 +258,8 @@ class _Kernel:
             return None if instr.srcs[0] in self.folded else self.end_loop(instr.srcs[0])
         if op is IROps.STORE:
             return self.store(instr, types[1], a)  # type: ignore[arg-type]
+        if op is IROps.PREFETCH:
+            return self.prefetch(instr, a)
         if op is IROps.ASSIGN:
             return f"{a[0]} = {a[1]};"
         if op is IROps.DEFINE_ACC:
@@ -293,6 +298,13 @@ class _Kernel:
         if target is None:
             target = self.vectors.store(value_type, pointer, a[1])
         return f"if ({a[2]}) {target}" if len(a) == 3 else target
+
+    def prefetch(self, instr: Instr, a: list[str]) -> str | None:
+        """A PREFETCH: the dialect's cache hint, only where `valid` holds (None: the dialect has none)."""
+        if not self.dialect.prefetch:
+            return None
+        hint = self.dialect.prefetch.format(pointer=f"&data{instr.arg}[{a[0]}]")
+        return f"if ({a[1]}) {hint}" if len(a) == 2 else hint
 
     def expression(self, instr: Instr, types: list[DType], a: list[str]) -> str:
         """The C expression of a value instruction (LOAD, INDEX, ALU, VECTORIZE, GEP)."""

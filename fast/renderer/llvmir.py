@@ -80,6 +80,7 @@ class _Kernel:
     def __init__(self, program: LinearProgram, register_bytes: int = 0) -> None:
         self.program, self.register_bytes = program, register_bytes
         self.streams = 0  # non-temporal stores emitted: the kernel then ends with a store fence
+        self.prefetches = 0  # PREFETCH hints emitted: the module then declares llvm.prefetch
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
         self.allocas: list[str] = []
@@ -315,6 +316,19 @@ class _Kernel:
         self.label(done)
         return self.value(f"phi {llvm_type(dtype)} [ {element}, %{taken} ], [ {render_const(0, dtype)}, %{before} ]")
 
+    def prefetch(self, number: int, instr: Instr, a: list[str]) -> None:
+        """A PREFETCH: `llvm.prefetch` (a read, kept in every cache level, data), only on the valid branch."""
+        if len(a) == 2:
+            taken, done = f"P{number}.prefetch", f"P{number}.done"
+            self.emit(f"br i1 {a[1]}, label %{taken}, label %{done}")
+            self.label(taken)
+        _, pointer = self.address(instr.arg, a[0], 1)
+        self.emit(f"call void @llvm.prefetch.p0(ptr {pointer}, i32 0, i32 3, i32 1)")
+        self.prefetches += 1
+        if len(a) == 2:
+            self.emit(f"br label %{done}")
+            self.label(done)
+
     def store(self, number: int, instr: Instr, a: list[str]) -> None:
         if len(a) == 3:
             taken, done = f"S{number}.store", f"S{number}.done"
@@ -397,6 +411,8 @@ class _Kernel:
             self.loop(number, a)
         elif op is IROps.STORE:
             self.store(number, instr, a)
+        elif op is IROps.PREFETCH:
+            self.prefetch(number, instr, a)
         elif op is IROps.LOAD:
             self.names[number] = self.load(number, instr, a)
         elif op is IROps.INDEX:
@@ -419,6 +435,8 @@ class _Kernel:
         fence = ["  call void @llvm.x86.sse.sfence()"] if self.streams else []  # visible to every thread
         body = "\n".join(["entry:", *self.allocas, *self.lines, *fence, "  ret void"])
         streaming = "declare void @llvm.x86.sse.sfence()\n!0 = !{i32 1}\n" if self.streams else ""
+        if self.prefetches:
+            streaming += "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
         return ("".join(self.helpers.values()) + comments
                 + f"define void @{self.program.name}({', '.join(params)}) #1 {{\n{body}\n}}\n"
                 + "attributes #0 = { alwaysinline nounwind }\nattributes #1 = { nounwind }\n" + streaming)

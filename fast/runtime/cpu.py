@@ -82,8 +82,9 @@ def fused_multiply_add() -> bool:
 
 def renderer_options() -> RendererOptions:
     """The options of the CPU renderers (CLANG, LLVM) for this host: its vector width, streaming
-    stores and FMA as detected above."""
-    return cpu_options(vector_bytes(), stream_min_bytes=stream_min_bytes(), fused_multiply_add=fused_multiply_add())
+    stores and FMA as detected above; row kernels prefetch their next row unless NOOPT=1."""
+    return cpu_options(vector_bytes(), stream_min_bytes=stream_min_bytes(), fused_multiply_add=fused_multiply_add(),
+                       prefetch=not config.get().noopt)
 
 
 def available_cores() -> int:

@@ -377,7 +377,7 @@ def test_vector_accumulator_reductions(op, dtype, init):
 
 def test_llvm_device_renders_with_the_host_cpu_options():
     want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
-                       fused_multiply_add=cpu.fused_multiply_add())
+                       fused_multiply_add=cpu.fused_multiply_add(), prefetch=True)
     assert llvm.create("LLVM").renderer.options == want == cpu.renderer_options()
     assert llvm.create("LLVM").renderer.options.supports_threads
     plain = LLVMIRRenderer().options
