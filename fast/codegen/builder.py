@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fast.codegen.ir import _PURE, BOOL, INT64, IndexOps, Instr, IRError, IROps, LoopKind, same_const
+from fast.codegen.ir import _PURE, BOOL, INT64, FusedOps, IndexOps, Instr, IRError, IROps, LoopKind, same_const
 from fast.dtype import FLOATS as FLOAT_DTYPES
-from fast.dtype import ConstType, DType
+from fast.dtype import ConstType, DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps, bitcast_const, cast_const, exec_alu, normalize_const, result_dtype
 
 _INDEX_FOLD: dict[IndexOps, Any] = {
@@ -180,6 +180,16 @@ class IRBuilder:
             folded = bitcast_const(values[0], source, dtype)
             return None if isinstance(folded, float) and math.isnan(folded) else folded  # keep NaN payload bits
         return exec_alu(op, source, tuple(values))
+
+    def fma(self, a: int, b: int, c: int) -> int:
+        """a*b + c rounded once (`FusedOps.FMA`), for renderers with `fused_multiply_add` only: float32
+        or float64 operands of one scalar dtype, scalars broadcast to the lanes of a vector operand."""
+        lanes = max(self.dtype(src).count for src in (a, b, c))
+        srcs = tuple(self.broadcast(src, lanes) for src in (a, b, c))
+        dtype = self.dtype(srcs[0])
+        if dtype.scalar() not in (dtypes.float32, dtypes.float64) or any(self.dtype(src) != dtype for src in srcs):
+            raise IRError(f"fma: operands {[self.dtype(src).name for src in srcs]} are not one float32/float64 dtype")
+        return self._emit(Instr(IROps.ALU, dtype, srcs, FusedOps.FMA))
 
     def load(self, buffer: int, dtype: DType, index: int, valid: int | None = None) -> int:
         """Read buffer[index] (a vector dtype reads that many consecutive elements); with `valid`,

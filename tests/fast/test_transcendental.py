@@ -25,11 +25,12 @@ import pytest
 
 from fast.codegen import sine, transcendental
 from fast.codegen.builder import IRBuilder
-from fast.codegen.ir import BufferInfo, IndexOps, IROps, LinearProgram, LoopKind, verify
+from fast.codegen.ir import BufferInfo, FusedOps, IndexOps, IROps, LinearProgram, LoopKind, verify
 from fast.dtype import DType, dtypes
 from fast.ops import UnaryOps
 from fast.renderer.base import RendererOptions, cpu_options
 from fast.renderer.c import CRenderer
+from fast.runtime import cpu
 from fast.runtime.clang import ClangCompiler, ClangProgram
 from fast.runtime.host import HostAllocator
 
@@ -41,24 +42,25 @@ RNG = np.random.default_rng(1234)
 ERRORS: dict[str, float] = {}  # measured max ulp errors (printed with pytest -s)
 
 
-def build(op: UnaryOps, dtype: DType, options: RendererOptions | None = None, lanes: int = 1) -> LinearProgram:
+def build(op: UnaryOps, dtype: DType, options: RendererOptions | None = None, lanes: int = 1,
+          fused: bool = False) -> LinearProgram:
     """for i in [0, n): data0[i] = op(data1[i]) (`lanes` elements per iteration, as one vector value when
-    lanes > 1), with the expansion in IR; verified."""
+    lanes > 1), with the expansion in IR (`fused`: with fused multiply-adds where it uses them); verified."""
     b, i64 = IRBuilder(*((options.vector_ops, options.vector_casts) if options else ())), dtypes.int64
     loop = b.loop(b.const(0, i64), b.define_var("n"), LoopKind.GLOBAL)
     index = b.index(IndexOps.MUL, loop, b.const(lanes, i64))
-    b.store(0, index, transcendental.expand(b, op, b.load(1, dtype.vec(lanes), index)))
+    b.store(0, index, transcendental.expand(b, op, b.load(1, dtype.vec(lanes), index), fused))
     b.end_loop()
     size = 1 << 26
-    program = LinearProgram(f"t_{op.name.lower()}_{dtype.name}_{lanes}", tuple(b.instrs),
+    program = LinearProgram(f"t_{op.name.lower()}_{dtype.name}_{lanes}{'_fma' if fused else ''}", tuple(b.instrs),
                             (BufferInfo(0, dtype, True, size), BufferInfo(1, dtype, False, size)), ("n",))
     verify(program)
     return program
 
 
 @functools.cache
-def kernel(op: UnaryOps, dtype: DType, backend: str = "CLANG"):
-    program = build(op, dtype)
+def kernel(op: UnaryOps, dtype: DType, backend: str = "CLANG", fused: bool = False):
+    program = build(op, dtype, fused=fused)
     if backend == "CLANG":
         return ClangProgram(program.name, ClangCompiler().compile(CRenderer().render(program)))
     llvm = pytest.importorskip("fast.runtime.llvm")
@@ -77,8 +79,8 @@ def execute(compiled: Any, inputs: np.ndarray, lanes: int = 1) -> np.ndarray:
     return out
 
 
-def run(op: UnaryOps, dtype: DType, inputs: np.ndarray, backend: str = "CLANG") -> np.ndarray:
-    return execute(kernel(op, dtype, backend), inputs)
+def run(op: UnaryOps, dtype: DType, inputs: np.ndarray, backend: str = "CLANG", fused: bool = False) -> np.ndarray:
+    return execute(kernel(op, dtype, backend, fused), inputs)
 
 
 def ulp_errors(got: np.ndarray, ref: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -126,19 +128,23 @@ def specials(dtype: type) -> np.ndarray:
     return np.array(values, dtype)
 
 
-@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
-def test_float32_sweep(op: UnaryOps) -> None:
+SWEPT = [(EXP2, False), (EXP2, True), (LOG2, False), (SIN, False)]  # (op, fused multiply-adds)
+
+
+@pytest.mark.parametrize(("op", "fused"), SWEPT)
+def test_float32_sweep(op: UnaryOps, fused: bool) -> None:
     """>= 10M float32 inputs within 4 ulp of float64 numpy; LLVM gives CLANG's bits on 1M of them."""
     x = float32_inputs(op)
     assert len(x) >= 10_000_000
-    got = run(op, F32, x)
+    got = run(op, F32, x, fused=fused)
     err = ulp_errors(got, reference(op, x), np.float32)
     worst = int(np.argmax(err))
-    ERRORS[f"{op.name} float32"] = float(err[worst])
+    ERRORS[f"{op.name}{' fused' if fused else ''} float32"] = float(err[worst])
     print(f"\n{op.name} float32: max {err[worst]:.3f} ulp at x={x[worst]!r} over {len(x)} inputs")
     assert err[worst] <= 4.0, (x[worst], got[worst])
     subset = np.concatenate([x[::10][:1_000_000], specials(np.float32)])
-    np.testing.assert_array_equal(run(op, F32, subset, "LLVM").view(np.uint32), run(op, F32, subset).view(np.uint32))
+    np.testing.assert_array_equal(run(op, F32, subset, "LLVM", fused).view(np.uint32),
+                                  run(op, F32, subset, fused=fused).view(np.uint32))
 
 
 SPECIAL_CASES = {
@@ -300,20 +306,21 @@ def float64_reference(op: UnaryOps, x: np.ndarray) -> np.ndarray:
     return reference(op, x)
 
 
-@pytest.mark.parametrize("op", [EXP2, LOG2, SIN])
-def test_float64_sweep(op: UnaryOps) -> None:
+@pytest.mark.parametrize(("op", "fused"), SWEPT)
+def test_float64_sweep(op: UnaryOps, fused: bool) -> None:
     """>= 10M float64 inputs within 4 ulp of numpy's float64 functions (SIN: within 1 ulp of long
     double sin); LLVM gives CLANG's bits on a twentieth of them."""
     x = float64_inputs(op)
     assert len(x) >= 10_000_000
-    got = run(op, F64, x)
+    got = run(op, F64, x, fused=fused)
     err = ulp_errors(got, float64_reference(op, x), np.float64)
     worst = int(np.argmax(err))
-    ERRORS[f"{op.name} float64"] = float(err[worst])
+    ERRORS[f"{op.name}{' fused' if fused else ''} float64"] = float(err[worst])
     print(f"\n{op.name} float64: max {err[worst]:.3f} ulp at x={x[worst]!r} over {len(x)} inputs")
     assert err[worst] <= (1.0 if op is SIN else 4.0), (x[worst], got[worst])
     subset = x[::20]
-    np.testing.assert_array_equal(run(op, F64, subset, "LLVM").view(np.uint64), run(op, F64, subset).view(np.uint64))
+    np.testing.assert_array_equal(run(op, F64, subset, "LLVM", fused).view(np.uint64),
+                                  run(op, F64, subset, fused=fused).view(np.uint64))
 
 
 def test_float64_sin_exact_reference() -> None:
@@ -366,18 +373,26 @@ def test_constant_folding_matches_kernel(op: UnaryOps, dtype: DType) -> None:
         assert same or (math.isnan(folded) and np.isnan(want)), (value, folded, want)
 
 
-@pytest.mark.parametrize(("op", "dtype", "lanes"), [(EXP2, F32, 8), (LOG2, F32, 8), (SIN, F32, 8), (SIN, F64, 4)])
-def test_vector_lanes_match_scalar(op: UnaryOps, dtype: DType, lanes: int) -> None:
+@pytest.mark.parametrize(("op", "dtype", "lanes", "fused"), [(EXP2, F32, 8, False), (LOG2, F32, 8, False),
+                                                        (SIN, F32, 8, False), (SIN, F64, 4, False),
+                                                        (EXP2, F32, 0, True), (EXP2, F64, 0, True)])
+def test_vector_lanes_match_scalar(op: UnaryOps, dtype: DType, lanes: int, fused: bool) -> None:
     """On float32.vec(8) / float64.vec(4) values (vector ALU ops only, nothing split into lanes) every
-    lane has the scalar kernel's bits, in C and in LLVM IR."""
+    lane has the scalar kernel's bits, in C and in LLVM IR; so do EXP2's fused multiply-adds (at the
+    host's vector width: x86 FMA intrinsics in C, llvm.fma in LLVM IR) and libm's fmaf/fma."""
     from fast.renderer.llvmir import LLVMIRRenderer
     from fast.runtime.llvm import LLVMCompiler, LLVMProgram
-    options = cpu_options(32, threads=False)
-    program = build(op, dtype, options, lanes)
+    if fused:  # the host's own vector width: the FMA intrinsic of that size needs its instructions
+        if not cpu.fused_multiply_add():
+            pytest.skip("the host has no FMA instructions (its renderers never fuse)")
+        lanes = cpu.vector_bytes() // dtype.itemsize
+    options = cpu_options(lanes * dtype.itemsize, threads=False, fused_multiply_add=fused)
+    program = build(op, dtype, options, lanes, fused)
     assert all(instr.dtype.count == lanes for instr in program.instrs if instr.op is IROps.ALU)  # type: ignore
+    assert any(instr.arg is FusedOps.FMA for instr in program.instrs) == fused
     inputs = float32_inputs(op) if dtype == F32 else float64_inputs(op)
     x = np.ascontiguousarray(inputs[::16][: 1 << 18])
-    want = run(op, dtype, x).view(f"u{dtype.itemsize}")
+    want = run(op, dtype, x, fused=fused).view(f"u{dtype.itemsize}")
     for compiled in (ClangProgram(program.name, ClangCompiler().compile(CRenderer(options).render(program))),
                      LLVMProgram(program.name, LLVMCompiler().compile(LLVMIRRenderer(options).render(program)))):
         np.testing.assert_array_equal(execute(compiled, x, lanes).view(f"u{dtype.itemsize}"), want)
