@@ -11,6 +11,7 @@ Shape of the generated program:
           per output copy x reduce copy: the subtree below the reduce, acc := op(acc, value)
         ENDLOOP ...; the accumulators combined in a fixed tree order
       [row kernel: LOOP over the reduced axes again (plan.inner_axes)]
+        [row kernel: PREFETCH of the first reduce's loads for the next row (codegen/prefetch.py)]
         per output copy: the tree above the reduces (their values read as uniform), STOREs
         [chunked: the earlier chunks' partial results added from the output first]
     ENDLOOP ...
@@ -20,7 +21,7 @@ maps every axis to a symbolic index (`counter * step + copy * lanes + lane`), an
 `ShapeTracker.expr_idxs` turns it into an int64 buffer index and a validity condition. Per LOAD or
 STORE the lanes of a group read one element (uniform: a scalar), consecutive elements under one
 validity (a vector access) or anything else (one scalar access per lane, gathered with VECTORIZE).
-Those symbolic Nodes become INDEX instructions here (`_render_int` / `_render_bool`), so all index
+Those symbolic Nodes become INDEX instructions (codegen/indexing.py's `IndexRenderer`), so all index
 arithmetic is int64. EXP2/LOG2/SIN are expanded into plain ALU code (codegen/transcendental.py).
 """
 from __future__ import annotations
@@ -34,8 +35,8 @@ from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_
 from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
 from fast.codegen.fma import fuse_accumulations
+from fast.codegen.indexing import IndexRenderer
 from fast.codegen.ir import (
-    BOOL,
     INT64,
     IndexOps,
     LinearProgram,
@@ -57,14 +58,8 @@ from fast.ops import (
 )
 from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import (
-    AndNode,
-    DivNode,
-    LtNode,
-    ModNode,
-    MulNode,
     Node,
     NumNode,
-    SumNode,
     Variable,
     as_node,
 )
@@ -81,6 +76,7 @@ class _Lowering:
         self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
         self.builder = IRBuilder(options.vector_ops, options.vector_casts)
         self.var_refs: dict[Variable, int] = {}
+        self.indexes = IndexRenderer(self.builder, self.var_refs)
         self.offsets: dict[int, Node] = {}  # axis -> start of the current chunk (plan.chunk) or tail
         self.chunk_counter: Variable | None = None
         self.counters: dict[int, tuple[Variable, Node]] = {}  # axis -> (its loop counter, the loop's count)
@@ -90,84 +86,18 @@ class _Lowering:
         if any(name.endswith("~") for name in names):
             raise ValueError(f"lower: variable names ending in '~' are reserved, got {sorted(names)}")
 
-    # -- symbolic Nodes -> INDEX instructions
-    def _render_int(self, node: Node | int) -> int:
-        b, node = self.builder, as_node(node)
-        if isinstance(node, NumNode):
-            return b.const(node.b, INT64)
-        if isinstance(node, Variable):
-            if node not in self.var_refs:
-                raise ValueError(f"lower: variable {node.expr} is not a kernel variable or loop counter")
-            return self.var_refs[node]
-        if isinstance(node, SumNode):
-            total = self._render_int(node.nodes[0])
-            for term in node.nodes[1:]:
-                total = b.index(IndexOps.ADD, total, self._render_int(term))
-            return total
-        if isinstance(node, MulNode):
-            return b.index(IndexOps.MUL, self._render_int(node.a), self._render_int(node.b))
-        if isinstance(node, (DivNode, ModNode)):
-            divisor = as_node(node.b)
-            if divisor.min < 0 or divisor.max <= 0:
-                raise ValueError(f"lower: cannot index with {node.render()} (divisor must be positive)")
-            numerator, rendered = self._render_int(node.a), self._render_int(divisor)
-            if divisor.min == 0:  # a size that is 0 in some binding (nothing is read then): divide by max(d, 1)
-                small = b.index(IndexOps.CMPLT, rendered, b.const(1, INT64))
-                rendered = b.index(IndexOps.ADD, rendered, b.alu(UnaryOps.CAST, (small,), INT64))
-            if not isinstance(divisor, NumNode) and node.a.min < 0:
-                return self._shifted_floor(node, numerator, rendered, max(divisor.min, 1))
-            nonneg = node.a.min >= 0
-            op = {(DivNode, True): IndexOps.NONNEG_DIV, (DivNode, False): IndexOps.FLOORDIV,
-                  (ModNode, True): IndexOps.NONNEG_MOD, (ModNode, False): IndexOps.FLOORMOD}[(type(node), nonneg)]
-            return b.index(op, numerator, rendered)
-        if isinstance(node, (LtNode, AndNode)):
-            return b.alu(UnaryOps.CAST, (self._render_bool(node),), INT64)
-        raise ValueError(f"lower: unsupported index expression {node!r}")
-
-    def _shifted_floor(self, node: DivNode | ModNode, numerator: int, divisor: int, smallest: int) -> int:
-        """Floor division or modulo of a numerator that may be negative (down to `node.a.min`) by a
-        symbolic divisor of at least `smallest` >= 1: with k = ceil(-min / smallest), a + k*d >= 0, so
-        a // d = (a + k*d) // d - k and a % d = (a + k*d) % d, both with the non-negative ops."""
-        b, shift = self.builder, -(node.a.min // smallest)
-        shifted = b.index(IndexOps.ADD, numerator, b.index(IndexOps.MUL, b.const(shift, INT64), divisor))
-        if isinstance(node, ModNode):
-            return b.index(IndexOps.NONNEG_MOD, shifted, divisor)
-        return b.index(IndexOps.ADD, b.index(IndexOps.NONNEG_DIV, shifted, divisor), b.const(-shift, INT64))
-
-    def _render_bool(self, node: Node) -> int:
-        b = self.builder
-        if isinstance(node, NumNode):
-            return b.const(node.b != 0, BOOL)
-        if isinstance(node, LtNode):
-            return b.index(IndexOps.CMPLT, self._render_int(node.a), self._render_int(node.b))
-        if isinstance(node, AndNode):
-            result = self._render_bool(node.nodes[0])
-            for term in node.nodes[1:]:
-                result = b.index(IndexOps.AND, result, self._render_bool(term))
-            return result
-        value, zero = self._render_int(node), b.const(0, INT64)
-        positive, negative = b.index(IndexOps.CMPLT, zero, value), b.index(IndexOps.CMPLT, value, zero)
-        return positive if node.min >= 0 else negative if node.max <= 0 else b.alu(BinaryOps.ADD, (positive, negative))
-
-    def _valid_ref(self, valid: Node) -> int | None:
-        return None if valid.min > 0 or valid.max < 0 else self._render_bool(valid)
-
-    def _both(self, condition: int, valid: Node) -> int:
-        rendered = self._valid_ref(valid)
-        return condition if rendered is None else self.builder.index(IndexOps.AND, condition, rendered)
-
     # -- loops
     def _loop_bounds(self, count: Node, kind: LoopKind, split: bool = True) -> tuple[int, int]:
         """[start, end) of a loop over `count` iterations; the first GLOBAL loop of each loop nest of
         a threaded kernel runs only its share `[count*core/cores, count*(core+1)/cores)`."""
         b = self.builder
         if kind is not LoopKind.GLOBAL or not self.split_pending or not self.parallel or not split:
-            return b.const(0, INT64), self._render_int(count)
+            return b.const(0, INT64), self.indexes.render_int(count)
         self.split_pending = False
         if self.thread_vars is None:
             self.thread_vars = (b.define_var(THREAD_VARS[0]), b.define_var(THREAD_VARS[1]))
         core, cores = self.thread_vars
-        total = self._render_int(count)
+        total = self.indexes.render_int(count)
         start = b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, core), cores)
         after = b.index(IndexOps.ADD, core, b.const(1, INT64))
         return start, b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, after), cores)
@@ -212,33 +142,32 @@ class _Lowering:
 
     def _load(self, node: LazyOp, group: Group, also: int | None = None) -> int:
         """A LOAD or CONST leaf for a group of lanes; `also`: a bool value that must hold as well."""
-        b, dtype = self.builder, node.arg.dtype
+        b, dtype, ix = self.builder, node.arg.dtype, self.indexes
         kind, places = self._access(node.arg.st, group, dtype)
         if also is not None:
-            return b.vectorize([b.load(node.arg.idx, dtype, self._render_int(index), self._both(also, valid))
+            return b.vectorize([b.load(node.arg.idx, dtype, ix.render_int(index), ix.both(also, valid))
                                 for index, valid in (places[:1] if kind == "uniform" else places)]) \
-                if kind != "vector" else b.load(node.arg.idx, dtype.vec(len(group)), self._render_int(places[0][0]),
-                                               self._both(also, places[0][1]))
+                if kind != "vector" else b.load(node.arg.idx, dtype.vec(len(group)), ix.render_int(places[0][0]),
+                                               ix.both(also, places[0][1]))
         if node.op is BufferOps.CONST:
             value, zero = leaf_value(b, node, self.const_slots), b.const(0, dtype)
             lanes = places[:1] if kind == "uniform" else places
-            return b.vectorize([b.alu(TernaryOps.WHERE, (self._render_bool(valid), value, zero)) for _, valid in lanes])
+            return b.vectorize([b.alu(TernaryOps.WHERE, (ix.render_bool(valid), value, zero)) for _, valid in lanes])
         if kind == "vector":
-            return b.load(node.arg.idx, dtype.vec(len(group)), self._render_int(places[0][0]),
-                          self._valid_ref(places[0][1]))
+            return b.load(node.arg.idx, dtype.vec(len(group)), ix.render_int(places[0][0]), ix.valid_ref(places[0][1]))
         lanes = places[:1] if kind == "uniform" else places
-        return b.vectorize([b.load(node.arg.idx, dtype, self._render_int(index), self._valid_ref(valid))
+        return b.vectorize([b.load(node.arg.idx, dtype, ix.render_int(index), ix.valid_ref(valid))
                             for index, valid in lanes])
 
     def _store(self, store: LazyOp, group: Group, value: int) -> None:
-        b, dtype = self.builder, store.arg.dtype
+        b, dtype, ix = self.builder, store.arg.dtype, self.indexes
         kind, places = self._access(store.arg.st, group, dtype)
         if kind == "vector":
             vector = b.broadcast(value, len(group))
-            b.store(store.arg.idx, self._render_int(places[0][0]), vector, self._valid_ref(places[0][1]))
+            b.store(store.arg.idx, ix.render_int(places[0][0]), vector, ix.valid_ref(places[0][1]))
             return
         for lane, (index, valid) in enumerate(places[:1] if kind == "uniform" else places):
-            b.store(store.arg.idx, self._render_int(index), b.gep(value, lane), self._valid_ref(valid))
+            b.store(store.arg.idx, ix.render_int(index), b.gep(value, lane), ix.valid_ref(valid))
 
     # -- the AST
     def _lower_node(self, node: LazyOp, group: Group, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
@@ -379,12 +308,13 @@ class _Lowering:
             return
         counter, count = self.counters[outer.axis]
         shifted = [{axis: node.substitute({counter: counter + 1}) for axis, node in env.items()} for env in lanes]
-        has_next = self._render_bool((counter + 1) < count)
+        ix = self.indexes
+        has_next = ix.render_bool((counter + 1) < count)
         for load in loads:
             kind, places = self._access(load.arg.st, shifted, load.arg.dtype)
             if kind == "vector":
                 index, valid = places[0]
-                self.builder.prefetch(load.arg.idx, self._render_int(index), self._both(has_next, valid))
+                self.builder.prefetch(load.arg.idx, ix.render_int(index), ix.both(has_next, valid))
 
     def _scratch_store(self) -> LazyOp | None:
         """In a row kernel whose one STORE recomputes the last reduce's input (softmax: exp(x - max)

@@ -1,14 +1,15 @@
 """EXP2, LOG2 and SIN as branch-free code in the linear IR, so every backend computes the same bits.
 
-`expand(b, op, x)` emits only CONST and the ordinary ALU ops (ADD SUB MUL DIV MOD MAX CMPLT CMPEQ NEG
-WHERE CAST BITCAST) with the exact semantics of docs/semantics.md: no libm, no FMA (every product and
-sum is rounded on its own; the one exception: `expand(..., fused=True)`, which lowering passes for
-renderers with `fused_multiply_add`, evaluates EXP2's 1 + f*P(f) as six fused multiply-adds instead
-of six multiplies and six adds, so CLANG and LLVM on an FMA host share those bits and a backend
-without FMA keeps the unfused ones, both within the tolerance), no float -> int CAST (integers come from BITCASTs of magic-number sums),
-no data-dependent branch (special values and the two SIN reductions are computed and then selected
-with WHERE, as the lanes of a vector must be). Every constant and cast target is built with
-`_like(dtype, scalar)`, so the same code serves `float32.vec(n)` values.
+`expand(b, op, x)` emits only CONST and the ordinary ALU ops (ADD SUB MUL DIV MOD MAX CMPLT CMPEQ
+NEG WHERE CAST BITCAST) with the exact semantics of docs/semantics.md: no libm, no FMA (every
+product and sum is rounded on its own; the one exception: `expand(..., fused=True)`, which lowering
+passes for renderers with `fused_multiply_add`, evaluates EXP2's 1 + f*P(f) as six fused multiply-
+adds instead of six multiplies and six adds, so CLANG and LLVM on an FMA host share those bits and a
+backend without FMA keeps the unfused ones, both within the tolerance), no float -> int CAST
+(integers come from BITCASTs of magic-number sums), no data-dependent branch (special values and the
+two SIN reductions are computed and then selected with WHERE, as the lanes of a vector must be).
+Every constant and cast target is built with `_like(dtype, scalar)`, so the same code serves
+`float32.vec(n)` values.
 
 Algorithms (float32 and float64 share them; half floats run the float32 code between two CASTs,
 which is docs/semantics.md's "in float32, then rounded"):
@@ -37,14 +38,15 @@ which is docs/semantics.md's "in float32, then rounded"):
   inf/NaN.
 
 Measured max errors (tests/fast/test_transcendental.py and exhaustive runs over all 2^32 float32
-inputs against double libm): float32 EXP2 1.29 ulp (fused: 0.99 ulp over the sweep's 13.5M inputs), LOG2 0.83 ulp, SIN 0.98 ulp; float64 EXP2 1.31 ulp
-and LOG2 0.80 ulp (against long double; at most 1 ulp from numpy), SIN 0.90 ulp (against long double
-sin over 60M inputs: every exponent, uniform ranges, the hardest reduction case of every exponent and
-neighbours of n*pi/2; against exact integer arithmetic on 8000 of them); float16/bfloat16 within
-0.5 ulp of the type plus the float32 error. Instructions (ALU + CONST) for a scalar float32 x: EXP2
-31 + 15, LOG2 50 + 20, SIN 189 + 40; float64: EXP2 41 + 20, LOG2 58 + 24, SIN 302 + 141 (91 of the
-ALU ops are the WHEREs and compares that choose the 2/pi window; on x86-64 the scalar form takes
-about 3x as long as glibc's sin, the float64.vec(4) form about as long).
+inputs against double libm): float32 EXP2 1.29 ulp (fused: 0.99 ulp over the sweep's 13.5M inputs),
+LOG2 0.83 ulp, SIN 0.98 ulp; float64 EXP2 1.31 ulp and LOG2 0.80 ulp (against long double; at most 1
+ulp from numpy), SIN 0.90 ulp (against long double sin over 60M inputs: every exponent, uniform
+ranges, the hardest reduction case of every exponent and neighbours of n*pi/2; against exact integer
+arithmetic on 8000 of them); float16/bfloat16 within 0.5 ulp of the type plus the float32 error.
+Instructions (ALU + CONST) for a scalar float32 x: EXP2 31 + 15, LOG2 50 + 20, SIN 189 + 40;
+float64: EXP2 41 + 20, LOG2 58 + 24, SIN 302 + 141 (91 of the ALU ops are the WHEREs and compares
+that choose the 2/pi window; on x86-64 the scalar form takes about 3x as long as glibc's sin, the
+float64.vec(4) form about as long).
 """
 from __future__ import annotations
 
