@@ -61,6 +61,9 @@ class RendererOptions:
       step (codegen/fma.py); the renderer then renders `FusedOps.FMA` with the hardware instruction.
     - `prefetch`: row kernels prefetch their next row while finishing the current one
       (codegen/prefetch.py); the renderer renders `IROps.PREFETCH` as a cache hint.
+    - `min_max`: the host has lane-wise float min/max instructions that compute exactly
+      `a < b ? a : b` and `a > b ? a : b` (x86 MINPS/MAXPS: NaN and signed zeros included), so a C
+      renderer may write `WHERE(a < b, a, b)` and `WHERE(a < b, b, a)` on float vectors with them.
     """
 
     vector_bytes: int = 0
@@ -75,6 +78,7 @@ class RendererOptions:
     vector_registers: int = 16
     fused_multiply_add: bool = False
     prefetch: bool = False
+    min_max: bool = False
 
     @property
     def supports_vectors(self) -> bool:
@@ -88,10 +92,10 @@ class RendererOptions:
 
 
 def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0,
-                fused_multiply_add: bool = False, prefetch: bool = False) -> RendererOptions:
+                fused_multiply_add: bool = False, prefetch: bool = False, min_max: bool = False) -> RendererOptions:
     """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes
-    (`stream_min_bytes`, `fused_multiply_add`, `prefetch`: see RendererOptions; the first two only
-    for hosts that have non-temporal vector stores and FMA instructions).
+    (`stream_min_bytes`, `fused_multiply_add`, `prefetch`, `min_max`: see RendererOptions; all but
+    `prefetch` only for hosts that have non-temporal vector stores, FMA and x86 min/max instructions).
     64-byte registers are AVX-512's, which has 32 of them; narrower ones are counted as 16 (AVX2,
     SSE; NEON's 32 are not counted on)."""
     return RendererOptions(vector_bytes=vector_bytes, vector_registers=32 if vector_bytes >= 64 else 16,
@@ -100,7 +104,8 @@ def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int =
                            vector_memory=frozenset(VECTOR_FLOATS + VECTOR_INTS) if vector_bytes else frozenset(),
                            max_upcast=4, max_unroll=8, supports_threads=threads,
                            stream_min_bytes=stream_min_bytes if vector_bytes else 0,
-                           fused_multiply_add=fused_multiply_add, prefetch=prefetch)
+                           fused_multiply_add=fused_multiply_add, prefetch=prefetch,
+                           min_max=min_max and vector_bytes > 0)
 
 
 class Renderer(ABC):

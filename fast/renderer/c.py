@@ -118,8 +118,9 @@ class _Kernel:
     folded: frozenset[int] = frozenset()
 
     def __init__(self, program: LinearProgram, register_bytes: int = 0, dialect: CDialect = C_DIALECT,
-                 threads: int = 1) -> None:
+                 threads: int = 1, min_max: bool = False) -> None:
         self.program, self.register_bytes, self.dialect, self.threads = program, register_bytes, dialect, threads
+        self.min_max = min_max  # RendererOptions.min_max: float vector clamps as min/max instructions
         self.streams = 0  # non-temporal stores emitted: the kernel then ends with a store fence
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
@@ -323,10 +324,28 @@ class _Kernel:
             return self.vectors.gep(types[0], a[0], instr.arg)
         if dtype.count > 1 and instr.arg is FusedOps.FMA:
             return self.vectors.fma(dtype, a, self.register_bytes)
+        if dtype.count > 1 and instr.arg is TernaryOps.WHERE and self.min_max:
+            chosen = self.min_max_select(instr, dtype)
+            if chosen is not None:
+                return chosen
         if dtype.count > 1:
             source = types[1] if instr.arg is TernaryOps.WHERE else types[0]
             return self.vectors.alu(instr.arg, dtype, source, a)
         return self.alu(instr, types, a)
+
+    def min_max_select(self, instr: Instr, dtype: DType) -> str | None:
+        """A vector WHERE(p < q, p, q) as min(p, q), WHERE(p < q, q, p) as max(q, p) (the same
+        lanes, NaN and signed zeros included: RendererOptions.min_max); None for any other WHERE."""
+        condition = self.program.instrs[instr.srcs[0]]
+        if condition.op is not IROps.ALU or condition.arg is not BinaryOps.CMPLT:
+            return None
+        low, high = condition.srcs
+        chosen = instr.srcs[1:]
+        if chosen == (low, high):
+            return self.vectors.min_max("min", dtype, [self.names[low], self.names[high]], self.register_bytes)
+        if chosen == (high, low):
+            return self.vectors.min_max("max", dtype, [self.names[high], self.names[low]], self.register_bytes)
+        return None
 
     def source(self) -> str:
         dialect, depth = self.dialect, 1
@@ -356,7 +375,7 @@ class CRenderer(Renderer):
         self.options = options if options is not None else RendererOptions(max_upcast=4, max_unroll=8)
 
     def render(self, program: LinearProgram) -> str:
-        return render_c(program, C_DIALECT, self.options.vector_bytes)
+        return render_c(program, C_DIALECT, self.options.vector_bytes, self.options.min_max)
 
 
 def check_renderable(program: LinearProgram, dialect: CDialect) -> None:
@@ -367,7 +386,7 @@ def check_renderable(program: LinearProgram, dialect: CDialect) -> None:
         raise ValueError(f"C renderer: {program.name} has vector values, which this C dialect cannot express")
 
 
-def render_c(program: LinearProgram, dialect: CDialect, register_bytes: int = 0) -> str:
-    """`program` as one function of `dialect`, every loop a plain loop."""
+def render_c(program: LinearProgram, dialect: CDialect, register_bytes: int = 0, min_max: bool = False) -> str:
+    """`program` as one function of `dialect`, every loop a plain loop (`min_max`: RendererOptions)."""
     check_renderable(program, dialect)
-    return _Kernel(program, register_bytes, dialect).source()
+    return _Kernel(program, register_bytes, dialect, min_max=min_max).source()

@@ -43,6 +43,12 @@ _FIT = {(dtypes.float32, dtypes.int32): ("-0x1p31f", ">=", "0x1p31f"),
 _FMAS = {(4, 16): ("__m128", "_mm_fmadd_ps"), (4, 32): ("__m256", "_mm256_fmadd_ps"),
          (4, 64): ("__m512", "_mm512_fmadd_ps"), (8, 16): ("__m128d", "_mm_fmadd_pd"),
          (8, 32): ("__m256d", "_mm256_fmadd_pd"), (8, 64): ("__m512d", "_mm512_fmadd_pd")}
+#: x86 min and max by (element bytes, vector bytes): (vector type, intrinsic with `{}` for min/max).
+#: `_mm_min_ps(a, b)` is `a < b ? a : b` lane by lane and `_mm_max_ps(a, b)` is `a > b ? a : b`,
+#: exactly (a NaN or two zeros give b); sizes as for _FMAS (SSE, AVX, AVX-512F).
+_MIN_MAX = {(4, 16): ("__m128", "_mm_{}_ps"), (4, 32): ("__m256", "_mm256_{}_ps"),
+            (4, 64): ("__m512", "_mm512_{}_ps"), (8, 16): ("__m128d", "_mm_{}_pd"),
+            (8, 32): ("__m256d", "_mm256_{}_pd"), (8, 64): ("__m512d", "_mm512_{}_pd")}
 #: x86 non-temporal stores by vector bytes: (integer vector type, intrinsic). SSE2 has the 16-byte
 #: one; the 32- and 64-byte ones need the AVX / AVX-512 flags that vectors of that size imply.
 _STREAMS = {16: ("__m128i", "_mm_stream_si128"), 32: ("__m256i", "_mm256_stream_si256"),
@@ -163,6 +169,22 @@ class VectorC:
         head = f"static inline {vtype} vfma_{vtype}({vtype} a, {vtype} b, {vtype} c)"
         self.need(f"vfma {vtype}", f"{head} {{ {body} }}\n")
         return f"vfma_{vtype}({a[0]}, {a[1]}, {a[2]})"
+
+    def min_max(self, which: str, dtype: DType, a: list[str], register_bytes: int) -> str | None:
+        """`a[0] < a[1] ? a[0] : a[1]` (`which` "min") or `a[0] > a[1] ? a[0] : a[1]` ("max") on
+        float32/float64 vectors with the x86 instruction that computes exactly that, when one
+        register holds the vector; None otherwise (the caller writes a select)."""
+        itemsize, vtype = dtype.scalar().itemsize, self.ctype(dtype)
+        size = itemsize * dtype.count
+        if dtype.scalar() not in (dtypes.float32, dtypes.float64) or (itemsize, size) not in _MIN_MAX \
+                or size > register_bytes:
+            return None
+        itype, intrinsic = _MIN_MAX[(itemsize, size)]
+        self.need("immintrin", "#include <immintrin.h>\n")
+        name = f"v{which}_select_{vtype}"
+        body = f"return ({vtype}){intrinsic.format(which)}(({itype})a, ({itype})b);"
+        self.need(name, f"static inline {vtype} {name}({vtype} a, {vtype} b) {{ {body} }}\n")
+        return f"{name}({a[0]}, {a[1]})"
 
     def gep(self, dtype: DType, vector: str, lane: int) -> str:
         return f"({vector}[{lane}] != 0)" if dtype.scalar() == dtypes.bool else f"{vector}[{lane}]"

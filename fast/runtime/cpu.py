@@ -82,9 +82,11 @@ def fused_multiply_add() -> bool:
 
 def renderer_options() -> RendererOptions:
     """The options of the CPU renderers (CLANG, LLVM) for this host: its vector width, streaming
-    stores and FMA as detected above; row kernels prefetch their next row unless NOOPT=1."""
+    stores and FMA as detected above; row kernels prefetch their next row and x86 hosts render
+    compare-and-select clamps with min/max instructions, unless NOOPT=1."""
+    optimized = not config.get().noopt
     return cpu_options(vector_bytes(), stream_min_bytes=stream_min_bytes(), fused_multiply_add=fused_multiply_add(),
-                       prefetch=not config.get().noopt)
+                       prefetch=optimized, min_max=optimized and _is_x86())
 
 
 def available_cores() -> int:

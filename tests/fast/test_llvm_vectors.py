@@ -4,6 +4,7 @@ llvmlite. Each vector op must give, lane by lane and bit for bit, what the same 
 gives, and what `fast.ops.exec_alu` / `cast_const` / numpy say, over edge values (NaN, ±inf, -0.0, int
 MIN/MAX, out-of-range float -> int), for one lane group and for many."""
 import math
+import platform
 import subprocess
 import sys
 from collections.abc import Callable
@@ -377,7 +378,8 @@ def test_vector_accumulator_reductions(op, dtype, init):
 
 def test_llvm_device_renders_with_the_host_cpu_options():
     want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
-                       fused_multiply_add=cpu.fused_multiply_add(), prefetch=True)
+                       fused_multiply_add=cpu.fused_multiply_add(), prefetch=True,
+                       min_max=platform.machine().lower() in ("x86_64", "amd64"))
     assert llvm.create("LLVM").renderer.options == want == cpu.renderer_options()
     assert llvm.create("LLVM").renderer.options.supports_threads
     plain = LLVMIRRenderer().options
