@@ -181,6 +181,12 @@ class IRBuilder:
             return None if isinstance(folded, float) and math.isnan(folded) else folded  # keep NaN payload bits
         return exec_alu(op, source, tuple(values))
 
+    def _known_valid(self, valid: int | None) -> int | bool | None:
+        """A memory access's validity folded: None (always valid), False (never) or the bool value."""
+        if valid is None or self.const_value(valid) is None:
+            return valid
+        return None if self.const_value(valid) else False
+
     def fma(self, a: int, b: int, c: int) -> int:
         """a*b + c rounded once (`FusedOps.FMA`), for renderers with `fused_multiply_add` only: float32
         or float64 operands of one scalar dtype, scalars broadcast to the lanes of a vector operand."""
@@ -194,26 +200,23 @@ class IRBuilder:
     def load(self, buffer: int, dtype: DType, index: int, valid: int | None = None) -> int:
         """Read buffer[index] (a vector dtype reads that many consecutive elements); with `valid`,
         read only where it is true (else 0)."""
-        if valid is not None and self.const_value(valid) is not None:
-            if not self.const_value(valid):
-                return self.const(0, dtype)
-            valid = None
+        valid = self._known_valid(valid)
+        if valid is False:
+            return self.const(0, dtype)
         srcs = (index,) if valid is None else (index, valid)
         return self._emit(Instr(IROps.LOAD, dtype, srcs, buffer))
 
     def store(self, buffer: int, index: int, value: int, valid: int | None = None) -> None:
-        if valid is not None and self.const_value(valid) is not None:
-            if not self.const_value(valid):
-                return
-            valid = None
+        valid = self._known_valid(valid)
+        if valid is False:
+            return
         self._emit(Instr(IROps.STORE, None, (index, value) if valid is None else (index, value, valid), buffer))
 
     def prefetch(self, buffer: int, index: int, valid: int | None = None) -> None:
         """A hint that buffer[index] is read soon; `index` must be in bounds wherever `valid` holds."""
-        if valid is not None and self.const_value(valid) is not None:
-            if not self.const_value(valid):
-                return
-            valid = None
+        valid = self._known_valid(valid)
+        if valid is False:
+            return
         self._emit(Instr(IROps.PREFETCH, None, (index,) if valid is None else (index, valid), buffer))
 
     def define_acc(self, init: ConstType, dtype: DType) -> int:

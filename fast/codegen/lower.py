@@ -190,7 +190,8 @@ class _Lowering:
     def _alu(self, op: Any, srcs: tuple[int, ...], to_dtype: DType | None) -> int:
         if op in (UnaryOps.EXP2, UnaryOps.LOG2, UnaryOps.SIN) and \
                 transcendental.supported(op, self.builder.dtype(srcs[0]).scalar()):
-            return transcendental.expand(self.builder, op, srcs[0], self.options.fused_multiply_add)
+            fused = self.options.fused_multiply_add and not config.get().noopt
+            return transcendental.expand(self.builder, op, srcs[0], fused)
         return self.builder.alu(op, srcs, to_dtype)
 
     def _combine(self, op: Any, values: list[int]) -> int:

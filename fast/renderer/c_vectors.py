@@ -38,17 +38,14 @@ _FIT = {(dtypes.float32, dtypes.int32): ("-0x1p31f", ">=", "0x1p31f"),
         (dtypes.float64, dtypes.uint64): ("-1.0", ">", "0x1p64")}
 
 
-#: x86 FMA by (element bytes, vector bytes): (vector type, intrinsic); the 32-byte ones need -mfma,
-#: the 64-byte ones -mavx512f (the flags of the SIMD levels that have vectors of that size).
-_FMAS = {(4, 16): ("__m128", "_mm_fmadd_ps"), (4, 32): ("__m256", "_mm256_fmadd_ps"),
-         (4, 64): ("__m512", "_mm512_fmadd_ps"), (8, 16): ("__m128d", "_mm_fmadd_pd"),
-         (8, 32): ("__m256d", "_mm256_fmadd_pd"), (8, 64): ("__m512d", "_mm512_fmadd_pd")}
-#: x86 min and max by (element bytes, vector bytes): (vector type, intrinsic with `{}` for min/max).
+#: x86 float vector registers by (element bytes, vector bytes): (vector type, intrinsic name pattern
+#: with `{}` for the operation: `fmadd`, `min`, `max`). FMA on 32-byte vectors needs -mfma, anything
+#: on 64-byte ones -mavx512f (the flags of the SIMD levels that have vectors of that size).
 #: `_mm_min_ps(a, b)` is `a < b ? a : b` lane by lane and `_mm_max_ps(a, b)` is `a > b ? a : b`,
-#: exactly (a NaN or two zeros give b); sizes as for _FMAS (SSE, AVX, AVX-512F).
-_MIN_MAX = {(4, 16): ("__m128", "_mm_{}_ps"), (4, 32): ("__m256", "_mm256_{}_ps"),
-            (4, 64): ("__m512", "_mm512_{}_ps"), (8, 16): ("__m128d", "_mm_{}_pd"),
-            (8, 32): ("__m256d", "_mm256_{}_pd"), (8, 64): ("__m512d", "_mm512_{}_pd")}
+#: exactly (a NaN or two zeros give b).
+_X86_FLOATS = {(4, 16): ("__m128", "_mm_{}_ps"), (4, 32): ("__m256", "_mm256_{}_ps"),
+               (4, 64): ("__m512", "_mm512_{}_ps"), (8, 16): ("__m128d", "_mm_{}_pd"),
+               (8, 32): ("__m256d", "_mm256_{}_pd"), (8, 64): ("__m512d", "_mm512_{}_pd")}
 #: x86 non-temporal stores by vector bytes: (integer vector type, intrinsic). SSE2 has the 16-byte
 #: one; the 32- and 64-byte ones need the AVX / AVX-512 flags that vectors of that size imply.
 _STREAMS = {16: ("__m128i", "_mm_stream_si128"), 32: ("__m256i", "_mm256_stream_si256"),
@@ -159,10 +156,10 @@ class VectorC:
         libm's `fmaf`/`fma` lane by lane. Either way one rounding per lane."""
         itemsize, vtype = dtype.scalar().itemsize, self.ctype(dtype)
         size = itemsize * dtype.count
-        if (itemsize, size) in _FMAS and size <= register_bytes:
-            itype, intrinsic = _FMAS[(itemsize, size)]
+        if (itemsize, size) in _X86_FLOATS and size <= register_bytes:
+            itype, intrinsic = _X86_FLOATS[(itemsize, size)]
             self.need("immintrin", "#include <immintrin.h>\n")
-            body = f"return ({vtype}){intrinsic}(({itype})a, ({itype})b, ({itype})c);"
+            body = f"return ({vtype}){intrinsic.format('fmadd')}(({itype})a, ({itype})b, ({itype})c);"
         else:
             scalar = "fma" if itemsize == 8 else "fmaf"
             body = f"return ({vtype}){{{', '.join(f'{scalar}(a[{i}], b[{i}], c[{i}])' for i in range(dtype.count))}}};"
@@ -176,10 +173,10 @@ class VectorC:
         register holds the vector; None otherwise (the caller writes a select)."""
         itemsize, vtype = dtype.scalar().itemsize, self.ctype(dtype)
         size = itemsize * dtype.count
-        if dtype.scalar() not in (dtypes.float32, dtypes.float64) or (itemsize, size) not in _MIN_MAX \
+        if dtype.scalar() not in (dtypes.float32, dtypes.float64) or (itemsize, size) not in _X86_FLOATS \
                 or size > register_bytes:
             return None
-        itype, intrinsic = _MIN_MAX[(itemsize, size)]
+        itype, intrinsic = _X86_FLOATS[(itemsize, size)]
         self.need("immintrin", "#include <immintrin.h>\n")
         name = f"v{which}_select_{vtype}"
         body = f"return ({vtype}){intrinsic.format(which)}(({itype})a, ({itype})b);"
