@@ -5,7 +5,8 @@ only keep so many reads in flight, so reading can be slower or faster than copyi
 `fast`'s reductions are to the machine, and what ratio against numpy is reachable at all, the bench
 compiles a plain C reduction with the system compiler (`cc -O2 -march=native`: the host's vector
 width), sums a float32 array on every core (one contiguous chunk per POSIX thread, the threads
-started inside the timed call as a thread pool would be woken) and reports the median of repeats.
+started inside the timed call as a thread pool would be woken) and reports the median of repeats,
+timed as the workloads are (a garbage collection before each repeat).
 Each thread reads its chunk as four streams at once (its quarters), because one sequential stream
 per core leaves bandwidth unused: measured on the 2-core Xeon, four streams per core read 20-35%
 faster than one. Nothing in `fast` is used, so the number is an independent yardstick.
@@ -17,13 +18,13 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
-import time
 from typing import Any
 
 import numpy as np
+
+from bench.timing import Budget, repeat
 
 _SOURCE = r"""
 #include <pthread.h>
@@ -87,12 +88,14 @@ def _compile(directory: str) -> ctypes.CDLL:
 
 
 def _median_ms(library: ctypes.CDLL, array: np.ndarray, threads: int, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        library.ceiling_sum(array.ctypes.data, array.size, threads)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    """The median of `repeats` calls, timed as every workload is (bench/timing.py `repeat`: a
+    garbage collection before each call, none during it). Calls back to back would find part of the
+    array still in the last-level cache from the call before (measured on a 32 MiB-L3 EPYC: 64 MiB
+    read in 0.87 ms back to back, 2.5-2.7 ms after a collection or a 5 ms pause), a speed no
+    workload timed between collections can reach."""
+    stats = repeat(lambda: library.ceiling_sum(array.ctypes.data, array.size, threads),
+                   Budget(seconds=0.0, min_repeats=repeats, max_repeats=repeats))
+    return stats.median_s * 1e3
 
 
 def measure_read_ceiling(elements: int = 1 << 24, repeats: int = 30) -> dict[str, Any]:
