@@ -13,7 +13,8 @@ Shape of the generated program:
       [row kernel: LOOP over the reduced axes again (plan.inner_axes)]
         [row kernel: PREFETCH of the first reduce's loads for the next row (codegen/prefetch.py)]
         per output copy: the tree above the reduces (their values read as uniform), STOREs
-        [chunked: the earlier chunks' partial results added from the output first]
+        [chunked: the earlier chunks' partial results added from the output first; work over
+         the reduce (a mean's scale, a bias) only in the last chunk, earlier ones store the total]
     ENDLOOP ...
 
 A "copy" is one body position of the unrolled axes and a "group" its vector lanes (opt.py); each lane
@@ -344,14 +345,24 @@ class _Lowering:
         output_groups = self._open_loops(output_axes, LoopKind.GLOBAL)
         reduced = self._lower_reduce(self.info.reduce, output_groups) if self.info.reduce is not None else []
         for copy, group in enumerate(output_groups):
-            reduce_values = {node_id: reduced[copy] for node_id in self.info.reduce_ids}
             memo: dict[int, int] = {}
             for store in self.info.stores:
-                value = self._lower_node(store.src[0], group, reduce_values, memo)
-                if self.plan.chunk is not None:
-                    value = self._add_previous_chunks(store, group, value)
-                self._store(store, group, value)
+                if self.plan.chunk is None:
+                    reduce_values = {node_id: reduced[copy] for node_id in self.info.reduce_ids}
+                    self._store(store, group, self._lower_node(store.src[0], group, reduce_values, memo))
+                    continue
+                total = self._add_previous_chunks(store, group, reduced[copy])
+                value = self._lower_node(store.src[0], group, dict.fromkeys(self.info.reduce_ids, total), memo)
+                self._store(store, group, value if value == total else self._after_last_chunk(total, value))
         self._close_loops(output_axes)
+
+    def _after_last_chunk(self, total: int, value: int) -> int:
+        """A chunked STORE with elementwise work over its reduce (a mean's scale, a bias): the earlier
+        chunks store the running total, the last one the value computed from the whole total."""
+        b = self.builder
+        _, count = self.plan.chunk  # type: ignore[misc]
+        earlier = b.index(IndexOps.CMPLT, self.var_refs[self.chunk_counter], b.const(count - 1, INT64))  # type: ignore
+        return b.alu(TernaryOps.WHERE, (earlier, total, value))
 
 
 def _post_order(root: LazyOp) -> list[LazyOp]:
@@ -371,13 +382,18 @@ def _post_order(root: LazyOp) -> list[LazyOp]:
     return order
 
 
-def _stores_reduce_itself(info: KernelInfo) -> bool:
-    """One STORE whose value is the reduce itself, in the reduce's own dtype (not a half float, which
-    accumulates in float32): partial sums may then be kept in the output between chunks."""
-    if info.reduce is None or len(info.stores) != 1 or id(info.stores[0].src[0]) not in info.reduce_ids:
+def _chunkable(info: KernelInfo, ast: LazyOp) -> bool:
+    """One reduce and one STORE in the reduce's own dtype (not a half float, which accumulates in
+    float32) to a buffer the kernel does not read: partial results may then be kept in the output between chunks.
+    The STORE's value is the reduce or elementwise work over it (lowering applies that work to the
+    last chunk's total only)."""
+    if info.reduce is None or info.row or len(info.reduces) > 1 or len(info.stores) != 1:
         return False
-    dtype = info.stores[0].arg.dtype
-    return dtype not in HALVES and dtype == node_dtype(info.reduce.src[0]) and dtype.count == 1
+    store = info.stores[0]
+    dtype = store.arg.dtype
+    if dtype in HALVES or dtype != node_dtype(info.reduce.src[0]) or dtype.count != 1:
+        return False
+    return not any(node.op is BufferOps.LOAD and node.arg.idx == store.arg.idx for node in ast.walk())
 
 
 def _kernel_lanes(info: KernelInfo, options: RendererOptions) -> int:
@@ -392,7 +408,7 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     info = analyze(ast)
     loads = [node.arg.st.real_strides() for node in ast.walk() if node.op is BufferOps.LOAD]
     plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options,
-                       loads, _kernel_lanes(info, options), _stores_reduce_itself(info), info.row)
+                       loads, _kernel_lanes(info, options), _chunkable(info, ast), info.row)
     flops, mem_bytes = estimates(info)
     parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
     lowering = _Lowering(info, plan, options, parallel)

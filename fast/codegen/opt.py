@@ -227,7 +227,7 @@ def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_s
                 lanes: int = 1, chunkable: bool = False, row: bool = False) -> KernelPlan:
     """The plan lowering follows. `output_strides` are the first STORE's real strides per axis,
     `load_strides` every LOAD's, `lanes` the vector lanes the kernel's dtypes allow (1: scalar);
-    `chunkable`: the kernel stores the reduce itself, so partial results may accumulate in its output;
+    `chunkable`: partial results of the reduce may accumulate in the kernel's one output (lower.py);
     `row`: a row kernel, whose STOREs walk the reduced axes again (`inner_axes`)."""
     plan = natural_plan(full_shape, reduce_axes)
     if row:
