@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # codegen imports this module for RendererOptions; keep the i
 VECTOR_FLOATS: tuple[DType, ...] = (dtypes.float32, dtypes.float64)
 VECTOR_INTS: tuple[DType, ...] = (dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
 _FLOAT_OPS = (BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, BinaryOps.DIV, UnaryOps.NEG, BinaryOps.MAX,
-              BinaryOps.CMPLT, BinaryOps.CMPEQ, TernaryOps.WHERE, TernaryOps.MULACC)
+              BinaryOps.CMPLT, BinaryOps.CMPEQ, TernaryOps.WHERE, TernaryOps.MULACC, UnaryOps.SQRT)
 _INT_OPS = (BinaryOps.ADD, BinaryOps.SUB, BinaryOps.MUL, UnaryOps.NEG, BinaryOps.MAX, BinaryOps.CMPLT,
             BinaryOps.CMPEQ, TernaryOps.WHERE, BinaryOps.XOR, BinaryOps.DIV, BinaryOps.MOD, TernaryOps.MULACC)
 _BOOL_OPS = (BinaryOps.ADD, BinaryOps.MUL, BinaryOps.MAX, BinaryOps.XOR, TernaryOps.WHERE)

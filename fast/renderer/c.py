@@ -24,7 +24,8 @@ How docs/semantics.md is kept (values in C):
   through `memcpy`; MULACC on floats is `(a*b)+c` and is never contracted (compile with
   `-ffp-contract=off`, see runtime/clang.py); the IR's own `FusedOps.FMA` (codegen/fma.py: float
   sums of products) is `fmaf`/`fma`, or an x86 FMA intrinsic on vectors (fast/renderer/c_vectors.py).
-  SQRT calls libm's correctly rounded `sqrtf`/`sqrt`.
+  SQRT calls libm's correctly rounded `sqrtf`/`sqrt`; on vectors x86's SQRTPS/SQRTPD where the
+  compiler targets them (the same bits), else `sqrtf`/`sqrt` lane by lane.
   Lowering expands EXP2/LOG2/SIN of every float dtype into plain ALU code (codegen/transcendental.py,
   sine.py), so kernels never reach libm for them; the renderer still maps them to `exp2f`/`exp2`, ...
   for IR that holds them (hand-built IR in tests).
@@ -324,6 +325,8 @@ class _Kernel:
             return self.vectors.gep(types[0], a[0], instr.arg)
         if dtype.count > 1 and instr.arg is FusedOps.FMA:
             return self.vectors.fma(dtype, a, self.register_bytes)
+        if dtype.count > 1 and instr.arg is UnaryOps.SQRT:
+            return self.vectors.sqrt(dtype, a)
         if dtype.count > 1 and instr.arg is TernaryOps.WHERE and self.min_max:
             chosen = self.min_max_select(instr, dtype)
             if chosen is not None:

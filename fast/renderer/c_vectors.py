@@ -46,6 +46,8 @@ _FIT = {(dtypes.float32, dtypes.int32): ("-0x1p31f", ">=", "0x1p31f"),
 _X86_FLOATS = {(4, 16): ("__m128", "_mm_{}_ps"), (4, 32): ("__m256", "_mm256_{}_ps"),
                (4, 64): ("__m512", "_mm512_{}_ps"), (8, 16): ("__m128d", "_mm_{}_pd"),
                (8, 32): ("__m256d", "_mm256_{}_pd"), (8, 64): ("__m512d", "_mm512_{}_pd")}
+#: The preprocessor macro that says the compiler targets x86's lane-wise square root of a vector size.
+_X86_SQRT_FEATURES = {16: "__SSE2__", 32: "__AVX__", 64: "__AVX512F__"}
 #: x86 non-temporal stores by vector bytes: (integer vector type, intrinsic). SSE2 has the 16-byte
 #: one; the 32- and 64-byte ones need the AVX / AVX-512 flags that vectors of that size imply.
 _STREAMS = {16: ("__m128i", "_mm_stream_si128"), 32: ("__m256i", "_mm256_stream_si256"),
@@ -166,6 +168,22 @@ class VectorC:
         head = f"static inline {vtype} vfma_{vtype}({vtype} a, {vtype} b, {vtype} c)"
         self.need(f"vfma {vtype}", f"{head} {{ {body} }}\n")
         return f"vfma_{vtype}({a[0]}, {a[1]}, {a[2]})"
+
+    def sqrt(self, dtype: DType, a: list[str]) -> str:
+        """SQRT on float32/float64 vectors: x86's lane-wise SQRTPS/SQRTPD of the vector's size where
+        the compiler targets it (the preprocessor checks), else libm's `sqrtf`/`sqrt` lane by lane;
+        correctly rounded either way, so the bits are the same."""
+        itemsize, vtype = dtype.scalar().itemsize, self.ctype(dtype)
+        size, scalar = itemsize * dtype.count, "sqrt" if itemsize == 8 else "sqrtf"
+        lanes = f"return ({vtype}){{{', '.join(f'{scalar}(a[{i}])' for i in range(dtype.count))}}};"
+        body = f" {lanes} "
+        if (itemsize, size) in _X86_FLOATS:
+            itype, intrinsic = _X86_FLOATS[(itemsize, size)]
+            self.need("immintrin x86", "#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n")
+            body = (f"\n#if defined(__x86_64__) && defined({_X86_SQRT_FEATURES[size]})\n"
+                    f"  return ({vtype}){intrinsic.format('sqrt')}(({itype})a);\n#else\n  {lanes}\n#endif\n")
+        self.need(f"vsqrt {vtype}", f"static inline {vtype} vsqrt_{vtype}({vtype} a) {{{body}}}\n")
+        return f"vsqrt_{vtype}({a[0]})"
 
     def min_max(self, which: str, dtype: DType, a: list[str], register_bytes: int) -> str | None:
         """`a[0] < a[1] ? a[0] : a[1]` (`which` "min") or `a[0] > a[1] ? a[0] : a[1]` ("max") on

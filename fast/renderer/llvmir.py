@@ -20,7 +20,7 @@ How docs/semantics.md is kept:
   CMPLT/CMPEQ are `fcmp olt/oeq` (false on NaN); no fast-math flags anywhere; MULACC is `fmul`
   then `fadd` (never `fma`/`fmuladd`, and without `contract` flags LLVM does not fuse them). The
   IR's own `FusedOps.FMA` (codegen/fma.py: float sums of products) is the `llvm.fma` intrinsic.
-- SQRT is the `llvm.sqrt` intrinsic (the correctly rounded instruction); EXP2/LOG2/SIN, which lowering
+- SQRT is the `llvm.sqrt` intrinsic, on vectors too (the correctly rounded instruction); EXP2/LOG2/SIN, which lowering
   expands into ALU code for every float dtype, map to the `llvm.exp2/log2/sin` intrinsics only in
   IR that still holds them (hand-built IR in tests).
 - index arithmetic is i64; masked loads and stores branch around the access (the address is only
@@ -239,6 +239,8 @@ class _Kernel:
         op, dtype, target = instr.arg, src_types[-1], instr.dtype
         if op is FusedOps.FMA:
             return self.fma(dtype, a)
+        if op is UnaryOps.SQRT and target is not None and target.count > 1:
+            return self.vector_intrinsic("sqrt", target, a)
         if target is not None and target.count > 1:
             return self.vectors.alu(op, src_types, target, a)
         if op is TernaryOps.WHERE:
@@ -258,11 +260,16 @@ class _Kernel:
 
     def fma(self, dtype: DType, a: list[str]) -> str:
         """FusedOps.FMA (float32/float64, scalar or vector): the `llvm.fma` intrinsic, one rounding."""
+        return self.vector_intrinsic("fma", dtype, a)
+
+    def vector_intrinsic(self, name: str, dtype: DType, a: list[str]) -> str:
+        """`llvm.<name>` on float32/float64 operands of `dtype` (scalar or vector), declared once:
+        `fma` (one rounding) and `sqrt` (correctly rounded), lane-wise instructions on vectors."""
         t = llvm_type(dtype)
         lanes = f"v{dtype.count}" if dtype.count > 1 else ""
-        name = f"llvm.fma.{lanes}{'f64' if dtype.scalar() == dtypes.float64 else 'f32'}"
-        self.need(name, f"declare {t} @{name}({t}, {t}, {t})\n")
-        return self.value(f"call {t} @{name}({t} {a[0]}, {t} {a[1]}, {t} {a[2]})")
+        full = f"llvm.{name}.{lanes}{'f64' if dtype.scalar() == dtypes.float64 else 'f32'}"
+        self.need(full, f"declare {t} @{full}({', '.join([t] * len(a))})\n")
+        return self.value(f"call {t} @{full}({', '.join(f'{t} {token}' for token in a)})")
 
     # -- index arithmetic
     def index(self, op: IndexOps, divisor_is_const: bool, a: list[str]) -> str:
