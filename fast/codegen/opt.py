@@ -20,7 +20,9 @@ Heuristics (lanes = the renderer's vector width for the kernel's widest element,
 - reduce kernels whose innermost reduce axis is contiguous in every input that moves along it:
   vectorize that reduce axis (`lanes` x up to 4 accumulators), and unroll the innermost output axis
   whose outputs read other memory into up to 4 interleaved streams (`_interleave_streams`: several
-  sequential reads in flight per core; each output's additions stay the same sequence);
+  sequential reads in flight per core; each output's additions stay the same sequence); but when
+  two output axes each reuse an input (`a @ b.T`), a tile of up to 4 x 4 outputs with one vector
+  accumulator each (`_dot_tile`: rows + columns loads per rows x columns products);
 - otherwise: vectorize the innermost output axis when the STORE walks it contiguously and its size is
   a multiple of the lanes (halving the lanes down to 4 to find a divisor), with up to 4 copies; when
   no such divisor exists (a prime size), the axis is vectorized over its first `tail` positions (a
@@ -245,10 +247,35 @@ def plan_kernel(full_shape: Sequence[sint], reduce_axes: Sequence[int], output_s
         plan = _upcast_innermost_output(plan, options.max_upcast)
         return _unroll_innermost_reduce(plan, options.max_unroll, options.max_unrolled_bodies)
     if vectorized.reduce_vector:
-        return _interleave_streams(vectorized, load_strides, options.vector_registers)
+        return _dot_tile(vectorized, load_strides, options.vector_registers) \
+            or _interleave_streams(vectorized, load_strides, options.vector_registers)
     if chunkable:
         vectorized = _chunk_strided_reduce(vectorized)
     return _unroll_innermost_reduce(vectorized, options.max_unroll, options.max_unrolled_bodies)
+
+
+def _dot_tile(plan: KernelPlan, load_strides: Sequence[Sequence[sint | None]], registers: int) -> KernelPlan | None:
+    """A vectorized reduce whose inputs each stay fixed along a different output axis (`a @ b.T`:
+    rows of `a` are reused along the columns, rows of `b` along the rows) gets a register tile of
+    outputs, rows x columns with one vector accumulator each (half the vector registers): per step
+    along the reduce it loads rows + columns vectors for rows x columns products, instead of one
+    load per product. Each output then adds its elements in one vector accumulator (a different
+    float order from `_interleave_streams`, still fixed by the plan alone)."""
+    reduce_axis = plan.reduce_axes[-1].axis
+    axes = plan.output_axes
+    reusing = [i for i, axis in enumerate(axes) if axis.size != 1 and _reuse(axis.axis, reduce_axis, load_strides) > 0]
+    if len(reusing) < 2:
+        return None
+    rows, columns = reusing[-2], reusing[-1]
+    budget = max(4, registers // 2)
+    tile = next(((r, c) for r, c in ((4, 4), (4, 2), (2, 4), (2, 2))
+                 if r * c <= budget and _divides(axes[rows].size, r) and _divides(axes[columns].size, c)), None)
+    if tile is None:
+        return None
+    outputs = list(axes)
+    outputs[rows], outputs[columns] = replace(axes[rows], unroll=tile[0]), replace(axes[columns], unroll=tile[1])
+    single = replace(plan.reduce_axes[-1], unroll=1)
+    return replace(plan, output_axes=tuple(outputs), reduce_axes=(*plan.reduce_axes[:-1], single))
 
 
 def _interleave_streams(plan: KernelPlan, load_strides: Sequence[Sequence[sint | None]],
