@@ -7,6 +7,7 @@ to one shard and pad back, a masked constant behind a reshape and expand, the st
 assign, row kernels (softmax, layernorm, several outputs), output widths the vector lanes do not
 divide (vector tails: a scalar loop finishes the row; on every device kind), matrix products large
 enough for fused multiply-adds, with and without overflowing products (on every device kind),
+column reductions walked in chunks, with work after them, and `a @ b.T` (on every device kind),
 sharded structures realized three times (replays with native lanes),
 symbolic shapes (bound Variables, each program replayed under three bindings, edges included; on
 every device kind), and (when DISK is enabled) copies through DISK views.
@@ -17,6 +18,7 @@ from conformance.profiles import GenConfig
 from conformance.program import (
     ArrayData,
     Assign,
+    ConstLike,
     Contiguous,
     Copy,
     Custom,
@@ -159,6 +161,33 @@ def output_tails(cfg: GenConfig) -> list[Program]:
     return out
 
 
+def chunked_reductions(cfg: GenConfig) -> list[Program]:
+    """On every device kind, reductions over a strided axis long enough to be walked in chunks with
+    partial totals kept in the output (fast/codegen/opt.py `_chunk_strided_reduce`): a column mean
+    and a column max with a bias and a ReLU after it (work applied to the last chunk's total only),
+    an int32 column sum scaled, a column sum and max of one input in one kernel (never chunked), a
+    matrix product plus a bias, and `a @ b.T` (a register tile of dot products)."""
+    out = []
+    for dev in cfg.kinds:
+        mean: list[Step] = [_random("float32", (64, 48), 71, dev), Reduce(0, "SUM", (0,)), ConstLike(1, 0.015625),
+                            Elementwise("MUL", (1, 2)), Fetch(3)]
+        relu: list[Step] = [_random("float32", (40, 33), 72, dev), _random("float32", (1, 33), 73, dev),
+                            Reduce(0, "MAX", (0,)), Elementwise("ADD", (2, 1)), ConstLike(3, 0.0),
+                            Elementwise("MAX", (3, 4)), Fetch(5)]
+        scaled: list[Step] = [_iota("int32", (72, 20), dev), Reduce(0, "SUM", (0,)), ConstLike(1, 3),
+                              Elementwise("MUL", (1, 2)), Fetch(3)]
+        pair: list[Step] = [_random("float32", (40, 40), 74, dev), Reduce(0, "SUM", (0,)), Reduce(0, "MAX", (0,)),
+                            Elementwise("ADD", (1, 2)), Fetch(3)]
+        product = _matmul_steps(_random("float32", (12, 64), 75, dev), _random("float32", (64, 40), 76, dev))
+        product[-1:] = [_random("float32", (12, 40, 1), 77, dev), Elementwise("ADD", (8, 9)), Fetch(10)]
+        transposed: list[Step] = [_random("float32", (12, 64), 78, dev), _random("float32", (8, 64), 79, dev),
+                                  Movement(0, "reshape", (12, 1, 64)), Movement(2, "expand", (12, 8, 64)),
+                                  Movement(1, "reshape", (1, 8, 64)), Movement(4, "expand", (12, 8, 64)),
+                                  Elementwise("MUL", (3, 5)), Reduce(6, "SUM", (2,)), Fetch(7)]
+        out.extend(Program(tuple(steps)) for steps in (mean, relu, scaled, pair, product, transposed))
+    return out
+
+
 def _matmul_steps(x: Leaf, y: Leaf) -> list[Step]:
     """x (m, k) @ y (k, n) as users build it: expand, multiply, SUM over k; fetched."""
     (m, k), (_, n) = x.data.shape, y.data.shape
@@ -260,5 +289,6 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
-            *row_kernels(dev), *output_tails(cfg), *fused_products(cfg), *replayed_shards(cfg), *symbolic(cfg),
+            *row_kernels(dev), *output_tails(cfg), *chunked_reductions(cfg), *fused_products(cfg),
+            *replayed_shards(cfg), *symbolic(cfg),
             *disk(cfg)]
