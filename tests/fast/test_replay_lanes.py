@@ -17,7 +17,8 @@ from fast.runtime import cpu, workers
 realize_module = importlib.import_module("fast.engine.realize")
 DEVICES = ("CLANG", "CLANG:1", "CLANG:2")
 RNG = np.random.default_rng(5)
-pytestmark = pytest.mark.skipif(workers.natives() is None, reason="needs llvmlite (the workers' loops are JIT-compiled)")
+pytestmark = pytest.mark.skipif(workers.natives() is None,
+                                reason="needs llvmlite (the workers' loops are JIT-compiled)")
 
 
 @pytest.fixture
