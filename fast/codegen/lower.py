@@ -384,9 +384,9 @@ def _post_order(root: LazyOp) -> list[LazyOp]:
 
 def _chunkable(info: KernelInfo, ast: LazyOp) -> bool:
     """One reduce and one STORE in the reduce's own dtype (not a half float, which accumulates in
-    float32) to a buffer the kernel does not read: partial results may then be kept in the output between chunks.
-    The STORE's value is the reduce or elementwise work over it (lowering applies that work to the
-    last chunk's total only)."""
+    float32) to a buffer the kernel does not read: partial results may then be kept in the output
+    between chunks. The STORE's value is the reduce or elementwise work over it (lowering applies
+    that work to the last chunk's total only)."""
     if info.reduce is None or info.row or len(info.reduces) > 1 or len(info.stores) != 1:
         return False
     store = info.stores[0]

@@ -176,7 +176,7 @@ class VectorC:
         itemsize, vtype = dtype.scalar().itemsize, self.ctype(dtype)
         size, scalar = itemsize * dtype.count, "sqrt" if itemsize == 8 else "sqrtf"
         lanes = f"return ({vtype}){{{', '.join(f'{scalar}(a[{i}])' for i in range(dtype.count))}}};"
-        body = f" {lanes} "
+        body = f" {lanes} "  # no register of that size: libm only
         if (itemsize, size) in _X86_FLOATS:
             itype, intrinsic = _X86_FLOATS[(itemsize, size)]
             self.need("immintrin x86", "#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n")

@@ -237,8 +237,8 @@ class _Kernel:
 
     def alu(self, instr: Instr, src_types: list[DType], a: list[str]) -> str:
         op, dtype, target = instr.arg, src_types[-1], instr.dtype
-        if op is FusedOps.FMA:
-            return self.fma(dtype, a)
+        if op is FusedOps.FMA:  # one rounding
+            return self.vector_intrinsic("fma", dtype, a)
         if op is UnaryOps.SQRT and target is not None and target.count > 1:
             return self.vector_intrinsic("sqrt", target, a)
         if target is not None and target.count > 1:
@@ -257,10 +257,6 @@ class _Kernel:
         if dtypes.is_float(dtype):
             return self.float_alu(op, dtype, a)
         return self.int_alu(op, dtype, a)
-
-    def fma(self, dtype: DType, a: list[str]) -> str:
-        """FusedOps.FMA (float32/float64, scalar or vector): the `llvm.fma` intrinsic, one rounding."""
-        return self.vector_intrinsic("fma", dtype, a)
 
     def vector_intrinsic(self, name: str, dtype: DType, a: list[str]) -> str:
         """`llvm.<name>` on float32/float64 operands of `dtype` (scalar or vector), declared once:
