@@ -87,6 +87,6 @@ def _loaded_input(instrs: tuple[Instr, ...], buffers: tuple[BufferInfo, ...], nu
     instr = instrs[number]
     if instr.op is IROps.VECTORIZE and len(set(instr.srcs)) == 1:
         instr = instrs[instr.srcs[0]]
-    if instr.op is not IROps.LOAD or buffers[instr.arg].is_output:
+    if instr.op is not IROps.LOAD or instr.arg >= len(buffers) or buffers[instr.arg].is_output:
         return None
     return int(instr.arg)

@@ -121,7 +121,10 @@ class LinearProgram:
     (codegen/streaming.py). Which values land where never depends on it.
     `bounded_inputs`: input buffers whose loads feed fused multiply-adds (codegen/fma.py); the
     program may run only when each of their elements is below `FMA_BOUNDS[dtype]` in magnitude
-    (the engine checks, engine/fma_guard.py); empty for a program without FMA."""
+    (the engine checks, engine/fma_guard.py); empty for a program without FMA.
+    `scratch`: arrays private to one call of the kernel (one per thread share), numbered after the
+    buffers (`scratch[i].idx == len(buffers) + i`, `size` elements, aligned to 64 bytes, contents
+    undefined until stored): the packed panels of a matmul (codegen/gemm.py). Not parameters."""
 
     name: str
     instrs: tuple[Instr, ...]
@@ -134,6 +137,16 @@ class LinearProgram:
     const_slots: int = 0
     streamed: frozenset[int] = frozenset()
     bounded_inputs: tuple[int, ...] = ()
+    scratch: tuple[BufferInfo, ...] = ()
+
+    def memory(self, idx: int) -> BufferInfo:
+        """The kernel parameter or scratch array that LOAD/STORE/PREFETCH `idx` names."""
+        return self.buffers[idx] if idx < len(self.buffers) else self.scratch[idx - len(self.buffers)]
+
+    @property
+    def memory_count(self) -> int:
+        """Buffers plus scratch arrays: the valid LOAD/STORE indices are 0..memory_count-1."""
+        return len(self.buffers) + len(self.scratch)
 
 
 class IRError(ValueError):
@@ -242,16 +255,16 @@ def _alu_result(number: int, instr: Instr, src_types: list[DType]) -> DType:
 
 def _memory_dtype(program: LinearProgram, where: str, instr: Instr, src_types: list[DType]) -> DType | None:
     """LOAD: (int64 index[, bool valid]) -> the buffer dtype; STORE: (index, value[, valid]) to an output."""
-    if not 0 <= instr.arg < len(program.buffers):
+    if not 0 <= instr.arg < program.memory_count:
         raise IRError(f"{where}: unknown buffer {instr.arg}")
-    buf = program.buffers[instr.arg]
+    buf = program.memory(instr.arg)
     lanes = instr.dtype.count if instr.op is IROps.LOAD and instr.dtype is not None \
         else src_types[1].count if instr.op is IROps.STORE and len(src_types) > 1 else 1
     element = buf.dtype.vec(lanes)
     want = [INT64] + ([element] if instr.op is IROps.STORE else [])
     if src_types not in (want, want + [BOOL]):
         raise IRError(f"{where}: operands {[t.name for t in src_types]}, expected {[t.name for t in want]}")
-    if instr.op is IROps.STORE and not buf.is_output:
+    if instr.op is IROps.STORE and not buf.is_output and instr.arg < len(program.buffers):
         raise IRError(f"{where}: buffer {instr.arg} is not an output")
     return element if instr.op is IROps.LOAD else None
 
@@ -259,7 +272,7 @@ def _memory_dtype(program: LinearProgram, where: str, instr: Instr, src_types: l
 def _expected_dtype(program: LinearProgram, number: int, instr: Instr, src_types: list[DType]) -> DType | None:
     op, where = instr.op, f"%{number} {instr.op.name.lower()}"
     if op is IROps.PREFETCH:
-        if not 0 <= instr.arg < len(program.buffers) or src_types not in ([INT64], [INT64, BOOL]):
+        if not 0 <= instr.arg < program.memory_count or src_types not in ([INT64], [INT64, BOOL]):
             raise IRError(f"{where}: buffer {instr.arg}, operands {[t.name for t in src_types]}")
         return None
     if op in (IROps.LOAD, IROps.STORE):

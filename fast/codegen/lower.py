@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fast import config
-from fast.codegen import transcendental
+from fast.codegen import gemm, transcendental
 from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype
 from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
@@ -39,6 +39,7 @@ from fast.codegen.fma import fuse_accumulations
 from fast.codegen.indexing import IndexRenderer
 from fast.codegen.ir import (
     INT64,
+    BufferInfo,
     IndexOps,
     LinearProgram,
     LoopKind,
@@ -169,6 +170,16 @@ class _Lowering:
             return
         for lane, (index, valid) in enumerate(places[:1] if kind == "uniform" else places):
             b.store(store.arg.idx, ix.render_int(index), b.gep(value, lane), ix.valid_ref(valid))
+
+    # -- what codegen/gemm.py uses (its LoweringContext)
+    def load_leaf(self, node: LazyOp, group: Group, also: int | None = None) -> int:
+        return self._load(node, group, also)
+
+    def store_value(self, store: LazyOp, group: Group, value: int) -> None:
+        self._store(store, group, value)
+
+    def lower_node(self, node: LazyOp, group: Group, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
+        return self._lower_node(node, group, reduce_values, memo)
 
     # -- the AST
     def _lower_node(self, node: LazyOp, group: Group, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
@@ -413,7 +424,15 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
     lowering = _Lowering(info, plan, options, parallel)
     lowering.const_slots = define_params(lowering.builder, ast) if const_params else None
-    lowering.run()
+    matmul = gemm.plan(info, options, flops)
+    scratch: tuple[BufferInfo, ...] = ()
+    gemm_bounded: tuple[int, ...] = ()
+    if matmul is None:
+        lowering.run()
+    else:
+        for variable in info.variables:
+            lowering.var_refs[variable] = lowering.builder.define_var(variable.expr)
+        scratch, gemm_bounded = matmul(lowering)
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
     threaded = lowering.thread_vars is not None
     names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if threaded else ())
@@ -423,8 +442,8 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
         instrs, bounded = fuse_accumulations(instrs, info.buffers, flops)
     instrs = eliminate_dead_code(instrs)
     program = LinearProgram(kernel_name(info), instrs, info.buffers, names, info.variables, flops, mem_bytes,
-                            threaded, len(consts),
-                            streamed_buffers(instrs, info.buffers, options.stream_min_bytes), tuple(sorted(bounded)))
+                            threaded, len(consts), streamed_buffers(instrs, info.buffers, options.stream_min_bytes),
+                            tuple(sorted(set(bounded) | set(gemm_bounded))), scratch)
     if config.get().debug >= 3:
         verify(program)
     return program

@@ -64,6 +64,9 @@ class RendererOptions:
     - `min_max`: the host has lane-wise float min/max instructions that compute exactly
       `a < b ? a : b` and `a > b ? a : b` (x86 MINPS/MAXPS: NaN and signed zeros included), so a C
       renderer may write `WHERE(a < b, a, b)` and `WHERE(a < b, b, a)` on float vectors with them.
+    - `gemm`: matmul-shaped kernels may be lowered with packed panels in per-call scratch arrays
+      and a register-tiled micro-kernel (codegen/gemm.py); the renderer declares
+      `LinearProgram.scratch`. `cache_bytes`: the per-core (L2) cache a block of rows of A aims at.
     """
 
     vector_bytes: int = 0
@@ -79,6 +82,8 @@ class RendererOptions:
     fused_multiply_add: bool = False
     prefetch: bool = False
     min_max: bool = False
+    gemm: bool = False
+    cache_bytes: int = 1 << 20
 
     @property
     def supports_vectors(self) -> bool:
@@ -92,7 +97,8 @@ class RendererOptions:
 
 
 def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0,
-                fused_multiply_add: bool = False, prefetch: bool = False, min_max: bool = False) -> RendererOptions:
+                fused_multiply_add: bool = False, prefetch: bool = False, min_max: bool = False,
+                gemm: bool = True, cache_bytes: int = 1 << 20) -> RendererOptions:
     """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes
     (`stream_min_bytes`, `fused_multiply_add`, `prefetch`, `min_max`: see RendererOptions; all but
     `prefetch` only for hosts that have non-temporal vector stores, FMA and x86 min/max instructions).
@@ -105,7 +111,8 @@ def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int =
                            max_upcast=4, max_unroll=8, supports_threads=threads,
                            stream_min_bytes=stream_min_bytes if vector_bytes else 0,
                            fused_multiply_add=fused_multiply_add, prefetch=prefetch,
-                           min_max=min_max and vector_bytes > 0)
+                           min_max=min_max and vector_bytes > 0, gemm=gemm and vector_bytes > 0 and threads,
+                           cache_bytes=cache_bytes)
 
 
 class Renderer(ABC):

@@ -360,6 +360,8 @@ class _Kernel:
                 self.lines.append("  " * depth + line)
                 depth += line.endswith("{")
         self.lines[:0] = ["  " + line for line in self.prologue()]
+        self.lines[:0] = [f"  {CTYPES[b.dtype]} data{b.idx}[{b.size}] __attribute__((aligned(64)));"
+                          for b in self.program.scratch]  # private to this call (codegen/gemm.py)
         params = [f"{CTYPES[b.dtype]}* {dialect.restrict} data{b.idx}" for b in self.program.buffers]
         params += [f"int64_t var{i}" for i in range(len(self.program.var_names))]
         comments = "".join(f"/* var{i} = {n} */\n" for i, n in enumerate(self.program.var_names)
@@ -387,6 +389,8 @@ def check_renderable(program: LinearProgram, dialect: CDialect) -> None:
         raise ValueError(f"C renderer: kernel name {program.name!r} is not a C identifier")
     if not dialect.vectors and any(instr.dtype is not None and instr.dtype.count > 1 for instr in program.instrs):
         raise ValueError(f"C renderer: {program.name} has vector values, which this C dialect cannot express")
+    if not dialect.vectors and program.scratch:
+        raise ValueError(f"C renderer: {program.name} has scratch arrays, which this C dialect does not get")
 
 
 def render_c(program: LinearProgram, dialect: CDialect, register_bytes: int = 0, min_max: bool = False) -> str:

@@ -296,7 +296,7 @@ class _Kernel:
     def address(self, buffer: int, index: str, lanes: int) -> tuple[str, str]:
         """(memory type, pointer token) of `lanes` elements from `index` of buffer `buffer` (plain GEP of
         the element type, no inbounds; a bool element is an i8, `lanes > 1` makes a vector type)."""
-        dtype = self.program.buffers[buffer].dtype
+        dtype = self.program.memory(buffer).dtype
         element = "i8" if dtype == dtypes.bool else VALUE_TYPES[dtype]
         memory = element if lanes == 1 else f"<{lanes} x {element}>"
         return memory, self.value(f"getelementptr {element}, ptr %data{buffer}, i64 {index}")
@@ -429,6 +429,9 @@ class _Kernel:
             self.names[number] = self.alu(instr, types, a)
 
     def source(self) -> str:
+        for scratch in self.program.scratch:  # private to this call (codegen/gemm.py)
+            element = "i8" if scratch.dtype == dtypes.bool else VALUE_TYPES[scratch.dtype]
+            self.allocas.append(f"  %data{scratch.idx} = alloca {element}, i64 {scratch.size}, align 64")
         for number, instr in enumerate(self.program.instrs):
             self.statement(number, instr)
         params = [f"ptr %data{b.idx}" for b in self.program.buffers]

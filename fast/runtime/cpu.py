@@ -80,13 +80,33 @@ def fused_multiply_add() -> bool:
     return "-mfma" in c_flags()
 
 
+@functools.lru_cache(maxsize=1)
+def core_cache_bytes() -> int:
+    """The largest cache private to one core (L2 on current x86 and Arm cores), from sysfs; 512 KiB
+    when it cannot be read. Matmul blocks of rows aim at it (codegen/gemm.py)."""
+    best = 0
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(name for name in os.listdir(root) if name.startswith("index")):
+            with open(f"{root}/{entry}/shared_cpu_list") as handle:
+                shared = handle.read().strip()
+            with open(f"{root}/{entry}/size") as handle:
+                text = handle.read().strip().upper()
+            size = int(text.rstrip("KMG")) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            if "," not in shared and "-" not in shared:  # one core only: private
+                best = max(best, size)
+    except (OSError, ValueError):
+        return 512 << 10
+    return best or 512 << 10
+
+
 def renderer_options() -> RendererOptions:
     """The options of the CPU renderers (CLANG, LLVM) for this host: its vector width, streaming
     stores and FMA as detected above; row kernels prefetch their next row and x86 hosts render
     compare-and-select clamps with min/max instructions, unless NOOPT=1."""
     optimized = not config.get().noopt
     return cpu_options(vector_bytes(), stream_min_bytes=stream_min_bytes(), fused_multiply_add=fused_multiply_add(),
-                       prefetch=optimized, min_max=optimized and _is_x86())
+                       prefetch=optimized, min_max=optimized and _is_x86(), cache_bytes=core_cache_bytes())
 
 
 def available_cores() -> int:

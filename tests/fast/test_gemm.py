@@ -1,0 +1,164 @@
+"""Matmul-shaped kernels lowered as GEMMs (fast/codegen/gemm.py): packed panels, register tiles and
+edge code on awkward sizes (1, primes, one more and one less than the tiles), every layout
+(`a @ b`, `a @ b.T`, `a.T @ b`, batched attention, head-split views), views that are flipped, padded,
+strided or shrunk, epilogues (bias, activation, residual, scale, a cast), the FMA guard, and bits that
+never depend on the thread count. Values are checked against float64 products with the float sum
+tolerance of docs/semantics.md (K products, each within one rounding)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fast
+from fast import config, xp
+from fast.codegen import gemm
+from fast.codegen.analyze import analyze
+from fast.codegen.lower import lower
+from fast.runtime import cpu
+
+DEVICES = ["CLANG", "LLVM"]
+OPTIONS = cpu.renderer_options()
+TILES_KNOWN = OPTIONS.gemm and OPTIONS.lanes(fast.dtypes.float32) >= 4
+
+
+def _expected(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a @ b in float64, the tolerance: K roundings of each product's magnitude)."""
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    k = a.shape[-1]
+    bound = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+    return exact, bound * (k + 2) * float(np.finfo(a.dtype).eps) + 1e-30
+
+
+def _check(got: np.ndarray, a: np.ndarray, b: np.ndarray, extra: np.ndarray | float = 0.0) -> None:
+    exact, tolerance = _expected(a, b)
+    np.testing.assert_array_less(np.abs(got.astype(np.float64) - (exact + extra)), tolerance + 1e-6)
+
+
+def _gemm_program(out: xp.Array) -> object:
+    """The lowered program of the last kernel realizing `out` (for checking that GEMM lowered it)."""
+    items = [item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"]
+    return lower(items[-1].ast, OPTIONS)
+
+
+def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,k,n", [(32, 4, 4), (33, 7, 5), (47, 31, 17), (97, 129, 31), (101, 64, 47), (37, 19, 53)])
+def test_layouts_on_awkward_sizes(device: str, m: int, k: int, n: int) -> None:
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a, b = _random(rng, (m, k)), _random(rng, (k, n))
+    bt = np.ascontiguousarray(b.T)
+    at = np.ascontiguousarray(a.T)
+    x, y, yt, xt = (xp.asarray(v, device=device) for v in (a, b, bt, at))
+    for out in (x @ y, x @ yt.mT, xt.mT @ y, xt.mT @ yt.mT):
+        assert _gemm_program(out).scratch, "expected the GEMM lowering"  # type: ignore[attr-defined]
+        _check(np.asarray(out), a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_attention_and_head_split(device: str) -> None:
+    rng = np.random.default_rng(3)
+    batch, tokens, heads, size = 2, 37, 3, 8
+    h = _random(rng, (batch, tokens, heads * size))
+    q = xp.permute_dims(xp.reshape(xp.asarray(h, device=device), (batch, tokens, heads, size)), (0, 2, 1, 3))
+    qn = h.reshape(batch, tokens, heads, size).transpose(0, 2, 1, 3)
+    scores = q @ q.mT
+    _check(np.asarray(scores), qn, qn.transpose(0, 1, 3, 2))
+    p = _random(rng, (batch, heads, tokens, tokens))
+    context = xp.asarray(p, device=device) @ q
+    _check(np.asarray(context), p, qn)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flipped_strided_padded_and_shrunk_views(device: str) -> None:
+    rng = np.random.default_rng(4)
+    a, b = _random(rng, (70, 40)), _random(rng, (41, 36))
+    x, y = xp.asarray(a, device=device), xp.asarray(b, device=device)
+    _check(np.asarray(x[::-1, :] @ y[1:, ::-1]), a[::-1, :], b[1:, ::-1])
+    _check(np.asarray(x[::2, 1:] @ y[2:, :]), a[::2, 1:], b[2:, :])
+    padded = np.pad(a, ((0, 0), (0, 1)))
+    lazy_padded = xp.asarray(fast.LazyBuffer.pad(x.lazy, ((0, 0), (0, 1))), device=device)
+    _check(np.asarray(lazy_padded @ y), padded, b)
+    _check(np.asarray(x[3:60, 5:36] @ y[4:35, 7:30]), a[3:60, 5:36], b[4:35, 7:30])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_epilogues_bias_activation_residual_scale_cast(device: str) -> None:
+    rng = np.random.default_rng(5)
+    a, w, bias, residual = _random(rng, (65, 48)), _random(rng, (39, 48)), _random(rng, (39,)), _random(rng, (65, 39))
+    x, wx, bx, rx = (xp.asarray(v, device=device) for v in (a, w, bias, residual))
+    out = xp.maximum((x @ wx.mT + bx) * 0.5 + rx, 0.0)
+    exact, tolerance = _expected(a, w.T)
+    want = np.maximum((exact + bias) * 0.5 + residual, 0.0)
+    np.testing.assert_array_less(np.abs(np.asarray(out) - want), tolerance + 1e-5)
+    half = xp.astype(x @ wx.mT + bx, xp.float16)
+    np.testing.assert_allclose(np.asarray(half).astype(np.float64), exact + bias, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float64(device: str) -> None:
+    rng = np.random.default_rng(6)
+    a, b = _random(rng, (45, 33), np.float64), _random(rng, (33, 29), np.float64)
+    got = np.asarray(xp.asarray(a, device=device) @ xp.asarray(b, device=device))
+    _check(got, a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bits_do_not_depend_on_threads(device: str) -> None:
+    rng = np.random.default_rng(7)
+    a, b, bias = _random(rng, (263, 130)), _random(rng, (130, 97)), _random(rng, (97,))
+    results = []
+    for threads in (1, 2, 3, 8):
+        with config.override(threads=threads, parallel_min_work=1):
+            x, y, c = (xp.asarray(v, device=device) for v in (a, b, bias))
+            results.append(np.asarray(x @ y + c))
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+    _check(results[0], a, b, bias)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_overflowing_products_run_unfused(device: str) -> None:
+    """Products that overflow must be infinities in the sum (codegen/fma.py); the guard then runs
+    the unfused GEMM: +inf and -inf products in one output give NaN, like numpy."""
+    a = np.ones((300, 260), np.float32)
+    b = np.ones((260, 256), np.float32)
+    a[0, 0], a[0, 1], b[0, 0], b[1, 0] = 3e38, -3e38, 4.0, 4.0
+    got = np.asarray(xp.asarray(a, device=device) @ xp.asarray(b, device=device))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (a[:, :, None] * b[None, :, :]).sum(axis=1, dtype=np.float32)
+    assert np.isnan(got[0, 0]) and np.isnan(want[0, 0])
+    np.testing.assert_allclose(got[1:], want[1:], rtol=1e-6)
+
+
+def test_matches_layouts_and_rejects_what_is_not_a_matmul() -> None:
+    x, y = xp.asarray(np.ones((64, 32), np.float32)), xp.asarray(np.ones((32, 48), np.float32))
+    info = analyze(next(i for i in fast.schedule((x @ y).lazy) if i.ast.op.name == "SINK").ast)
+    shape = gemm.match(info, OPTIONS)
+    if not OPTIONS.gemm:
+        assert shape is None
+        return
+    assert shape is not None and shape.sizes[shape.column] == 48 and shape.size(shape.rows) == 64
+    small = analyze(next(i for i in fast.schedule((x[:8] @ y[:, :16]).lazy) if i.ast.op.name == "SINK").ast)
+    assert gemm.match(small, OPTIONS) is None  # too few rows for packing to pay
+    summed = analyze(next(i for i in fast.schedule(xp.sum(x * x, axis=1).lazy) if i.ast.op.name == "SINK").ast)
+    assert gemm.match(summed, OPTIONS) is None  # no axis that only one operand moves along
+    with config.override(noopt=True):
+        assert gemm.match(info, OPTIONS) is None
+
+
+def test_tiles_follow_the_registers_and_fit_the_scratch() -> None:
+    x, y = xp.asarray(np.ones((4096, 384), np.float32)), xp.asarray(np.ones((384, 1536), np.float32))
+    info = analyze(next(i for i in fast.schedule((x @ y).lazy) if i.ast.op.name == "SINK").ast)
+    for registers, lanes_bytes in ((32, 64), (16, 32)):
+        options = fast.renderer.base.cpu_options(lanes_bytes)
+        shape = gemm.match(info, options)
+        assert shape is not None
+        tiles = gemm.choose_tiles(shape, options)
+        assert tiles is not None
+        assert tiles.rows * tiles.vectors <= (24 if registers == 32 else 12)
+        assert tiles.lanes * 4 == lanes_bytes and tiles.group_rows % tiles.rows == 0
+        assert tiles.panels * tiles.columns * 384 * 4 <= gemm.SCRATCH_BYTES
