@@ -7,6 +7,8 @@ to one shard and pad back, a masked constant behind a reshape and expand, the st
 assign, row kernels (softmax, layernorm, several outputs), output widths the vector lanes do not
 divide (vector tails: a scalar loop finishes the row; on every device kind), matrix products large
 enough for fused multiply-adds, with and without overflowing products (on every device kind),
+matrix products lowered as GEMMs in every layout on awkward sizes and views, and attention's batched
+products on a head-split view (on every device kind),
 column reductions walked in chunks, with work after them, and `a @ b.T` (on every device kind),
 sharded structures realized three times (replays with native lanes),
 symbolic shapes (bound Variables, each program replayed under three bindings, edges included; on
@@ -219,6 +221,75 @@ def fused_products(cfg: GenConfig) -> list[Program]:
     return out
 
 
+def _product_steps(steps: list[Step], a: int, b: int, batch: tuple[int, ...], m: int, k: int, n: int) -> int:
+    """Append `a (*batch, m, k) @ b (*batch, k, n)` (expand, multiply, SUM over k) to `steps`;
+    returns the index of the product, of shape (*batch, m, n, 1)."""
+    full = (*batch, m, n, k)
+    last = len(batch) + 1
+    order = (*range(len(batch)), last, last - 1)
+    steps += [Movement(a, "reshape", (*batch, m, 1, k)), Movement(len(steps), "expand", full),
+              Movement(b, "permute", order)]
+    steps += [Movement(len(steps) - 1, "reshape", (*batch, 1, n, k)), Movement(len(steps), "expand", full)]
+    steps += [Elementwise("MUL", (len(steps) - 4, len(steps) - 1)), Reduce(len(steps), "SUM", (len(full) - 1,))]
+    return len(steps) - 1
+
+
+def _layout(dev: str, m: int, k: int, n: int, seed: int, layout: str, views: str = "") -> Program:
+    """One matrix product in a layout ("ab", "abt", "atb") on (m, k) x (k, n), through `views`
+    ("flip": A's rows reversed, "pad": K padded by one zero on both, "bias": + bias then ReLU)."""
+    steps: list[Step] = [_random("float32", (k, m) if layout == "atb" else (m, k), seed, dev),
+                         _random("float32", (n, k) if layout == "abt" else (k, n), seed + 1, dev)]
+    a, b = 0, 1
+    if layout == "atb":
+        steps.append(Movement(0, "permute", (1, 0)))
+        a = len(steps) - 1
+    if layout == "abt":
+        steps.append(Movement(1, "permute", (1, 0)))
+        b = len(steps) - 1
+    if "flip" in views:
+        steps.append(Movement(a, "stride", (-1, 1)))
+        a = len(steps) - 1
+    if "pad" in views:
+        steps += [Movement(a, "pad", ((0, 0), (0, 1))), Movement(b, "pad", ((0, 1), (0, 0)))]
+        a, b, k = len(steps) - 2, len(steps) - 1, k + 1
+    out = _product_steps(steps, a, b, (), m, k, n)
+    if "bias" in views:
+        steps += [_random("float32", (1, n, 1), seed + 2, dev), Movement(len(steps), "expand", (m, n, 1))]
+        steps += [Elementwise("ADD", (out, len(steps) - 1)), ConstLike(len(steps), 0.0)]
+        steps.append(Elementwise("MAX", (len(steps) - 2, len(steps) - 1)))
+        out = len(steps) - 1
+    return Program(tuple([*steps, Fetch(out)]))
+
+
+def matmul_layouts(cfg: GenConfig) -> list[Program]:
+    """On every device kind, matrix products large enough to be lowered as GEMMs (fast/codegen/gemm.py:
+    at least 32 rows) in every layout (`a @ b`, `a @ b.T`, `a.T @ b`), on awkward sizes (primes, one
+    more and one less than the register tiles of 8 or 12 rows and 16 or 32 columns, K of 4 and 129),
+    through flipped and padded views, with a bias and ReLU after; and attention's batched products on
+    a head-split view: `q @ q.T` over (batch, heads) and `p @ v`."""
+    out = []
+    sizes = ((33, 5, 31), (37, 129, 17), (47, 4, 33), (97, 16, 65))
+    for dev in cfg.kinds:
+        for number, (m, k, n) in enumerate(sizes):
+            for layout in ("ab", "abt", "atb"):
+                out.append(_layout(dev, m, k, n, 80 + number, layout))
+        out += [_layout(dev, 41, 23, 49, 90, "abt", "flip pad bias"), _layout(dev, 36, 9, 16, 91, "ab", "bias flip")]
+        out.append(_attention(dev))
+    return out
+
+
+def _attention(dev: str, batch: int = 2, tokens: int = 33, heads: int = 3, size: int = 8) -> Program:
+    """Scores `q @ q.T` of a head-split view (batch, tokens, heads * size) -> (batch, heads, tokens,
+    size), then `p @ v` of random weights p over the same view."""
+    steps: list[Step] = [_random("float32", (batch, tokens, heads * size), 95, dev),
+                         Movement(0, "reshape", (batch, tokens, heads, size)), Movement(1, "permute", (0, 2, 1, 3))]
+    scores = _product_steps(steps, 2, 2, (batch, heads), tokens, size, tokens)
+    steps.append(Fetch(scores))
+    steps += [_random("float32", (batch, heads, tokens, tokens), 96, dev), Movement(2, "permute", (0, 1, 3, 2))]
+    context = _product_steps(steps, len(steps) - 2, len(steps) - 1, (batch, heads), tokens, tokens, size)
+    return Program(tuple([*steps, Fetch(context)]))
+
+
 def replayed_shards(cfg: GenConfig) -> list[Program]:
     """A sharded structure realized three times over fresh leaves, large enough (over 1 MB per
     device) for the devices to run in lanes: scheduled, then replayed through `run_schedule` (which
@@ -289,6 +360,6 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     dev = cfg.kinds[0]
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
-            *row_kernels(dev), *output_tails(cfg), *chunked_reductions(cfg), *fused_products(cfg),
+            *row_kernels(dev), *output_tails(cfg), *chunked_reductions(cfg), *fused_products(cfg), *matmul_layouts(cfg),
             *replayed_shards(cfg), *symbolic(cfg),
             *disk(cfg)]
