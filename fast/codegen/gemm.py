@@ -53,6 +53,9 @@ from fast.shape.symbolic import Node, Variable
 SCRATCH_BYTES = 2 << 20
 #: The fewest rows per batch for which packing B pays (fewer: the plain register tiles of opt.py).
 MIN_ROWS = 32
+#: A is packed only when K is at least this: shorter rows (attention's heads of 32) cost more to
+#: copy than their broadcasts straight from the view, and are too short to compete for cache sets.
+PACK_A_MIN_K = 64
 
 Env = dict[int, Node]
 
@@ -188,6 +191,7 @@ class _Emitter:
         self.full_panels, self.all_panels = self.n // tiles.columns, -(-self.n // tiles.columns)
         self.scratch = BufferInfo(len(ctx.info.buffers), self.dtype, False, self.k * tiles.columns * tiles.panels)
         self.packed_rows = BufferInfo(len(ctx.info.buffers) + 1, self.dtype, False, self.k * tiles.group_rows)
+        self.pack_a = self.k >= PACK_A_MIN_K
         self.group_start = -1  # IR value: the first block of rows of the current group (packed A's origin)
         self.env: Env = {}  # batch axes and the current column block, set while emitting
 
@@ -286,17 +290,16 @@ class _Emitter:
     def row_groups(self, column_block: Variable, lo: int, hi: int) -> None:
         """Groups of MC rows of this batch's share, then the micro-panels, then the row blocks."""
         per_group = self.tiles.group_rows // self.tiles.rows
-        count = self.b.index(IndexOps.NONNEG_DIV, self.b.alu(BinaryOps.SUB, (hi, lo)), self.const(1)) \
-            if per_group == 1 else self.b.index(
-                IndexOps.NONNEG_DIV, self.b.alu(BinaryOps.ADD, (self.b.alu(BinaryOps.SUB, (hi, lo)),
-                                                                 self.const(per_group - 1))), self.const(per_group))
+        blocks = self.b.alu(BinaryOps.ADD, (self.b.alu(BinaryOps.SUB, (hi, lo)), self.const(per_group - 1)))
+        count = self.b.index(IndexOps.NONNEG_DIV, blocks, self.const(per_group))  # hi >= lo: see `run`
         group = self.loop("ic", self.const(0), count, -(-self.blocks // per_group))
         group_start = self.b.alu(BinaryOps.ADD, (lo, self.render(group * per_group)))
         group_end = self.minimum(self.b.alu(BinaryOps.ADD, (group_start, self.const(per_group))), hi)
         self.group_start = group_start
         full_blocks = self.const(self.m // self.tiles.rows)
-        self.pack_rows(self.minimum(group_end, full_blocks), self.tiles.rows)
-        if self.m % self.tiles.rows:
+        if self.pack_a:
+            self.pack_rows(self.minimum(group_end, full_blocks), self.tiles.rows)
+        if self.pack_a and self.m % self.tiles.rows:
             self.pack_rows(group_end, self.m % self.tiles.rows, self.maximum(group_start, full_blocks))
         for edge_columns in (False, True) if self.n % self.tiles.columns else (False,):
             panel = self.loop("jr", *self.panel_range(column_block, edge_columns), self.all_panels - 1)
@@ -354,7 +357,11 @@ class _Emitter:
         packed = [b.load(self.scratch.idx, vec.vec(width) if width > 1 else vec, self.render(base + offset))
                   for offset, width in columns]
         for row in range(rows):
-            scalar = b.load(self.packed_rows.idx, vec, self.packed_row_index(block, step, row))
+            if self.pack_a:
+                scalar = b.load(self.packed_rows.idx, vec, self.packed_row_index(block, step, row))
+            else:
+                rows_env = self.split(self.shape.rows, block * self.tiles.rows + row)
+                scalar = self.ctx.load_leaf(self.shape.a, [{**self.env, **rows_env, self.shape.reduce: step}])
             for acc, value, (_, width) in zip(accs[row], packed, columns, strict=True):
                 self.accumulate(acc, b.broadcast(scalar, width) if width > 1 else scalar, value)
         b.end_loop()
@@ -385,7 +392,7 @@ def emit(ctx: LoweringContext, shape: GemmShape, tiles: GemmTiles, fused: bool) 
     """Write the GEMM loops into `ctx`'s builder; returns the scratch arrays the program declares."""
     emitter = _Emitter(ctx, shape, tiles, fused)
     emitter.run()
-    return (emitter.scratch, emitter.packed_rows)
+    return (emitter.scratch, emitter.packed_rows) if emitter.pack_a else (emitter.scratch,)
 
 
 def plan(info: KernelInfo, options: RendererOptions, flops: int) -> Callable[[Any], tuple[Any, ...]] | None:
