@@ -225,14 +225,14 @@ def test_the_first_error_in_schedule_order_is_raised_and_later_items_do_not_star
 
 def test_an_interrupted_lane_keeps_its_dependents_from_starting(parallel_runs: list[int],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    original = parallel.LaneRun._start
+    original = parallel.LaneRun._run
 
-    def interrupted(self: parallel.LaneRun, index: int, counted: bool) -> int | None:
-        if index == 0:
+    def interrupted(self: parallel.LaneRun, index: int, live: int) -> None:
+        if index == 0:  # the caller claims the first item itself, before any helper is posted
             raise KeyboardInterrupt
-        return original(self, index, counted)
+        original(self, index, live)
 
-    monkeypatch.setattr(parallel.LaneRun, "_start", interrupted)
+    monkeypatch.setattr(parallel.LaneRun, "_run", interrupted)
     x = from_numpy(np.arange(4, dtype=np.float32), "CLANG")
     items = fast.schedule(x.copy_to_device("CLANG:1"), x.assign(x.e(BinaryOps.ADD, x.const(1.0))))
     assert [entry.ast.op for entry in items][0] is LoadOps.COPY and items[1].assign  # copy, then the assign
