@@ -39,6 +39,7 @@ import numpy as np
 import fast
 from bench import RESULTS_DIR, graphs
 from bench.machine import machine_info
+from bench.runner import count_kernels
 from fast import BinaryOps, config
 from fast.runtime import cpu
 
@@ -50,9 +51,9 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "transformer.py"
 
 @dataclass(frozen=True)
 class Case:
-    """One timed graph: `make(device)` returns a function that builds and realizes it once (returning
-    the realized buffer or array; its value is read untimed) and the numpy value it must have
-    (`rtol`); `torch` makes the same computation in torch (None: no torch version)."""
+    """One timed graph: `make(device)` returns a function that builds it (unrealized; each timed call
+    builds and realizes it once) and the numpy value it must have (`rtol`); `torch` makes the same
+    computation in torch (None: no torch version)."""
 
     name: str
     make: Callable[[str], tuple[Callable[[], Any], np.ndarray]]
@@ -60,9 +61,13 @@ class Case:
     torch: Callable[[], Callable[[], Any]] | None
 
 
-def _realized(out: fast.LazyBuffer) -> fast.LazyBuffer:
-    fast.realize(out)
-    return out
+def _realized(out: Any) -> Any:
+    """`out` realized: a LazyBuffer by `fast.realize`, an xp array by reading it (the transformer's
+    output is 1 x 64)."""
+    if isinstance(out, fast.LazyBuffer):
+        fast.realize(out)
+        return out
+    return np.asarray(out)
 
 
 def _value(result: Any) -> np.ndarray:
@@ -83,7 +88,7 @@ def _mul_add_case(count: int) -> Case:
         a_np, b_np = _vectors(count)
         a, b = fast.from_numpy(a_np, device), fast.from_numpy(b_np, device)
         fast.realize(a, b)
-        return (lambda: _realized(a.e(BinaryOps.MUL, b).e(BinaryOps.ADD, a))), a_np * b_np + a_np
+        return (lambda: a.e(BinaryOps.MUL, b).e(BinaryOps.ADD, a)), a_np * b_np + a_np
 
     def torch_run() -> Callable[[], Any]:
         import torch
@@ -99,7 +104,7 @@ def _softmax_case(side: int) -> Case:
         x = fast.from_numpy(x_np, device)
         fast.realize(x)
         shifted = np.exp(x_np - x_np.max(1, keepdims=True))
-        return (lambda: _realized(graphs.softmax(x))), shifted / shifted.sum(1, keepdims=True)
+        return (lambda: graphs.softmax(x)), shifted / shifted.sum(1, keepdims=True)
 
     def torch_run() -> Callable[[], Any]:
         import torch
@@ -126,7 +131,7 @@ def _transformer_case(tokens: int) -> Case:
         weights = {name: xp.asarray(value, device=device) for name, value in host.items()}
         ids, mask = xp.asarray(ids_np, device=device), xp.asarray(mask_np, device=device)
         expected = example.encode(host, ids_np, mask_np, settings)
-        return (lambda: np.asarray(example.encode(weights, ids, mask, settings))), expected
+        return (lambda: example.encode(weights, ids, mask, settings)), expected
     return Case(f"transformer_1x{tokens}", make, 1e-3, None)
 
 
@@ -172,19 +177,23 @@ def _timed_calls(run: Callable[[], Any], calls: int) -> list[float]:
     return times
 
 
-def time_modes(runs: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:
-    """Median milliseconds of each named run: `rounds` rounds of `calls` calls, modes alternating."""
+def time_modes(runs: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds of each call of each named run: `rounds` rounds of `calls` calls, modes alternating."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
             times[name] += _timed_calls(run, calls)
+    return times
+
+
+def medians_ms(times: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
-def _with_threads(run: Callable[[], Any], threads: int) -> Callable[[], Any]:
+def _with_threads(build: Callable[[], Any], threads: int) -> Callable[[], Any]:
     def once() -> Any:
         with config.override(threads=threads) if threads else contextlib.nullcontext():
-            return run()
+            return _realized(build())
     return once
 
 
@@ -196,18 +205,24 @@ def _torch_run(case: Case) -> Callable[[], Any] | None:
 
 def measure_case(case: Case, device: str, calls: int, rounds: int, loaded: int) -> dict[str, Any]:
     """One case's medians, quiet and with `loaded` spinners, and its check against numpy."""
-    run, expected = case.make(device)
-    got = _value(run())
+    build, expected = case.make(device)
+    graph = build()
+    kernels = count_kernels(fast.schedule(graph)) if isinstance(graph, fast.LazyBuffer) else 0
+    got = _value(_with_threads(build, 0)())
     ok = bool(np.allclose(got, expected, rtol=case.rtol, atol=case.rtol))
     for threads in (1, 2, 3):  # bits never depend on the thread count
-        ok = ok and bool(np.array_equal(_value(_with_threads(run, threads)()), got))
-    runs: dict[str, Callable[[], Any]] = {"default": _with_threads(run, 0), "one": _with_threads(run, 1)}
+        ok = ok and bool(np.array_equal(_value(_with_threads(build, threads)()), got))
+    runs: dict[str, Callable[[], Any]] = {"default": _with_threads(build, 0), "one": _with_threads(build, 1)}
     peer = _torch_run(case)
     if peer is not None:
         runs["torch"] = peer
-    row: dict[str, Any] = {"case": case.name, "check": ok, "quiet": time_modes(runs, calls, rounds)}
+    row: dict[str, Any] = {"case": case.name, "check": ok, "kernels": kernels,
+                           "quiet": medians_ms(time_modes(runs, calls, rounds))}
     with spinners(loaded):
-        row["loaded"] = time_modes(runs, calls, rounds)
+        times = time_modes(runs, calls, rounds)
+    row["loaded"] = medians_ms(times)
+    row["loaded_default_min_ms"] = min(times["default"]) * 1e3
+    row["loaded_default_max_ms"] = max(times["default"]) * 1e3
     row["loaded_ratio"] = row["loaded"]["default"] / row["loaded"]["one"]
     row["quiet_ratio"] = row["quiet"]["default"] / row["quiet"]["one"]
     row["target_met"] = row["loaded_ratio"] <= LOADED_RATIO_TARGET
@@ -217,7 +232,8 @@ def measure_case(case: Case, device: str, calls: int, rounds: int, loaded: int) 
 def run_contention(device: str, calls: int = 25, rounds: int = 3, quick: bool = False,
                    log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every case on `device`: per case its medians (quiet and loaded) and ratios, and the summary
-    fields of a bench row (`median_ms`: the sum of the loaded default-thread medians)."""
+    fields of a bench row (`median_ms`, `min_ms`, `max_ms`: sums over the cases of the loaded
+    default-thread median, fastest and slowest call; `kernels`: of the lazy-buffer cases)."""
     loaded = max(1, cpu.available_cores() - 1)
     rows = []
     with config.override(cache_dir=tempfile.mkdtemp(prefix="fast-contention-")):
@@ -225,6 +241,8 @@ def run_contention(device: str, calls: int = 25, rounds: int = 3, quick: bool = 
             rows.append(measure_case(case, device, calls, rounds, loaded))
             log(case_line(rows[-1]))
     return {"median_ms": sum(row["loaded"]["default"] for row in rows), "repeats": calls * rounds,
+            "min_ms": sum(row["loaded_default_min_ms"] for row in rows),
+            "max_ms": sum(row["loaded_default_max_ms"] for row in rows), "kernels": sum(row["kernels"] for row in rows),
             "spinners": loaded, "cases": rows, "target": LOADED_RATIO_TARGET,
             "check": {"ok": all(row["check"] for row in rows)}}
 

@@ -106,7 +106,7 @@ def test_a_sleeping_worker_is_woken_for_a_batch(team: workers.Crew) -> None:
         for value in (1, 2, 3):
             time.sleep(0.02)
 
-            def first() -> None:
+            def first(value: int = value) -> None:
                 deadline = time.perf_counter() + 10
                 while buffer[-1] != value and time.perf_counter() < deadline:
                     time.sleep(0.001)
@@ -127,7 +127,7 @@ def test_python_jobs_go_to_idle_workers_only(team: workers.Crew) -> None:
     release = threading.Event()
     seen: list[str] = []
     with team.lock:
-        assert team.python(lambda: (release.wait(10), seen.append("first")), 1) == 1
+        assert team.python(lambda: release.wait(10) and seen.append("first"), 1) == 1  # type: ignore[func-returns-value]
         time.sleep(0.01)
         assert team.python(lambda: seen.append("second"), 1) == 0  # busy: skipped, not queued
     release.set()
