@@ -370,5 +370,7 @@ def test_the_small_tail_of_a_sharded_sum_runs_on_the_callers_thread(monkeypatch:
     assert sorted(threads) == list(range(len(threads)))
     tail = [threads[number] for number in range(cut, len(threads))]
     assert tail and all(ident == threading.get_ident() for ident in tail)
-    assert len({threads[number] for number in range(cut)}) == 2  # the large items did run in two lanes
+    # the large items ran in lanes: on at most two threads (the caller runs a lane whose helper did not
+    # get a core in time: tests/fast/test_thread_claiming.py)
+    assert 1 <= len({threads[number] for number in range(cut)}) <= 2
     np.testing.assert_allclose(fast.to_numpy(total), (data * data).sum(0, keepdims=True), rtol=1e-4)
