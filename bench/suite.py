@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from bench.const_realizes import REALIZES, REALIZES_QUICK, run_const_realizes
+from bench.contention import run_contention
 from bench.graph_build import run_graph_build
 from bench.mpi_sharded import run_mpi_sharded
 from bench.mpi_sharded import unavailable as mpi_unavailable
@@ -136,6 +137,12 @@ def safetensors_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
     return device_rows(workload, plan, lambda device: run_safetensors_read(device, size, plan.budget, plan.seed))
 
 
+def contention_rows(workload: Workload, plan: Plan) -> list[dict[str, Any]]:
+    """The contention rows: every case's medians, quiet and loaded (bench/contention.py)."""
+    calls = 5 if plan.quick else 25
+    return device_rows(workload, plan, lambda device: run_contention(device, calls, 3, plan.quick, plan.log))
+
+
 def progress_line(row: dict[str, Any]) -> str:
     """A one-line account of a finished row."""
     head = f"  {row['workload']:<12} {row['device']:<8}"
@@ -158,6 +165,8 @@ def run_workload(workload: Workload, plan: Plan) -> tuple[list[dict[str, Any]], 
         return const_rows(workload, plan), {}
     if workload.kind == "safetensors_read":
         return safetensors_rows(workload, plan), {}
+    if workload.kind == "contention":
+        return contention_rows(workload, plan), {}
     arrays = make_arrays(workload, plan)
     peers, reference = run_peers(workload, arrays, plan)
     rows = []

@@ -29,7 +29,8 @@ class Workload:
     constant changes) or "safetensors_read" (bench/safetensors_read.py: one small tensor vs a full read
     out of a large file on DISK) or "sharded" (a compute workload timed sharded over two devices of each
     device's kind against that device alone, bench/sharded.py) or "mpi_sharded" (the same over two MPI
-    ranks against one process, bench/mpi_sharded.py). Memory-bound workloads report GB/s
+    ranks against one process, bench/mpi_sharded.py) or "contention" (default threads against one thread
+on a host kept busy by other processes, bench/contention.py). Memory-bound workloads report GB/s
     (inputs read once + output written once); the others report GFLOP/s from `flops(inputs)`.
     """
 
@@ -153,6 +154,9 @@ WORKLOADS: tuple[Workload, ...] = (
              "THREADS=1 each) vs DEVICE alone in one process, THREADS=1", _positive_vectors, graphs.mul_add_sum,
              lambda ops, a, b, c: ops.sum(a * b + c), rtol=1e-4, kind="mpi_sharded"),
     Workload("graph_build", "build + schedule a 10,000-node elementwise graph", _graph_inputs, kind="graph_build"),
+    Workload("contention", "default threads vs one thread, quiet and with one spinning process per core but one: "
+             "a*b+a over 64K/1M/16M, softmax 1024x1024, the example transformer at 1x16 (bench/contention.py)",
+             _graph_inputs, kind="contention", slow=True),
     Workload("const_realizes", "3,000 realizes of a + c_i on 256x256 float32, a new constant each time: "
              "kernels compiled, RSS growth, time per realize", _graph_inputs, kind="const_realizes"),
     Workload("safetensors_read", "safe_load of a 1 GiB sparse safetensors file, then a 1 KiB tensor copied to "

@@ -56,7 +56,7 @@ class Config:
     dump_ir: str = ""  # comma-separated stage names whose output is printed (see engine/realize.py)
     cc: str = ""  # C compiler override; empty: clang if installed, else cc
     threads: int = 0  # THREADS: cap on the threads one CPU kernel uses; 0: every available core
-    parallel_min_work: int = 1 << 18  # a CPU kernel with less estimated work (bytes + flops) runs on one thread
+    parallel_min_work: int = 1 << 21  # a CPU kernel with less estimated work (bytes + flops) runs on one thread
     worker_spin_us: int = 2000  # WORKER_SPIN_US: how long an idle kernel-share worker polls before sleeping
     parallel_devices: bool = True  # PARALLEL_DEVICES: items on different devices run concurrently (engine/parallel.py)
     parallel_devices_min_work: int = 1 << 20  # ... only when two devices' items each touch this many bytes
@@ -98,7 +98,7 @@ class Config:
             dump_ir=env.get("DUMP_IR", ""),
             cc=env.get("CC", ""),
             threads=_int(env, "THREADS", 0),
-            parallel_min_work=_int(env, "PARALLEL_MIN_WORK", 1 << 18),
+            parallel_min_work=_int(env, "PARALLEL_MIN_WORK", 1 << 21),
             worker_spin_us=_nonnegative_int(env, "WORKER_SPIN_US", 2000),
             parallel_devices=bool(_int(env, "PARALLEL_DEVICES", 1)),
             parallel_devices_min_work=_int(env, "PARALLEL_DEVICES_MIN_WORK", 1 << 20),

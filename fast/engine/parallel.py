@@ -2,19 +2,27 @@
 
 Model. Each item belongs to a *lane*: the device of its first buffer (a copy runs on its destination's
 lane), except that every item touching a DISK buffer runs on the one lane "DISK" (the disk runtime's
-mapping bookkeeping is not thread-safe). Each lane runs its items in schedule order on its own thread
-(the caller's thread runs the first item's lane). An item also waits for the items of other lanes it
-depends on (`dependencies`): the last earlier item writing memory it reads or writes, and every earlier
-item reading memory it writes, memory compared by `Buffer.base` (views share their base's allocation).
-Kernels (ctypes) and copies (numpy) drop the GIL, so lanes overlap.
+mapping bookkeeping is not thread-safe). A lane's items run in schedule order, one at a time. An item
+also waits for the items of other lanes it depends on (`dependencies`): the last earlier item writing
+memory it reads or writes, and every earlier item reading memory it writes, memory compared by
+`Buffer.base` (views share their base's allocation). Kernels (ctypes) and copies (numpy) drop the
+GIL, so lanes overlap.
+
+Claiming. The caller's thread and up to `lanes - 1` helper threads claim items (`LaneRun._claim`):
+a thread takes a ready item (its lane's previous item finished, its dependencies finished, not
+claimed by anyone), preferring the lane of its last item, else the earliest in schedule order. The
+caller claims the first item before posting the helpers and keeps claiming until no item may start,
+then waits only for items other threads have claimed: a helper that does not get a core strands
+nothing, the caller runs its lanes too. This never deadlocks: the earliest unclaimed item's
+dependencies and lane predecessor are earlier, so they are finished or running.
 
 Errors. An item's exception is recorded; items later in schedule order than the earliest failure are
 not started (those already running finish), earlier ones still run, and once every lane has stopped
 the earliest error in schedule order is raised: the error sequential execution would have raised.
 
-Threads. `launch` splits a large kernel over `cpu.thread_count()` threads; while k lanes are running an
-item (a lane waiting for another lane does not count), each kernel gets `max(1, thread_count() // k)`
-(`launch.thread_cap`). Results never depend on the thread count.
+Threads. `launch` splits a large kernel over `cpu.thread_count()` threads; an item claimed while k lanes
+are live (running an item or holding a ready one; a lane waiting for another lane does not count)
+gets `max(1, thread_count() // k)` (`launch.thread_cap`). Results never depend on the thread count.
 
 When it is not worth it. `lane_plan` returns None, and the caller runs the items sequentially on
 its own thread with no thread round trip, when every item's output is on one device or when fewer
@@ -29,7 +37,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from fast.device import Buffer
@@ -153,96 +161,133 @@ def _waits(items: Sequence[ScheduleItem], lanes: list[list[int]]) -> list[list[i
 
 
 class LaneRun:
-    """One parallel run. Everything mutable (`finished`, `errors`, `stop_at`, `running`: lanes running
-    an item now) is guarded by `state`, whose waiters are lanes waiting for another lane's item."""
+    """One parallel run: this thread and up to `len(lanes) - 1` helpers claim items (module docstring).
+    Everything mutable (`position`, `busy`, `finished`, `errors`, `stop_at`, `running`) is guarded by
+    `state`, whose waiters are threads waiting for an item to become ready."""
 
     def __init__(self, items: Sequence[ScheduleItem], lanes: list[list[int]], run_one: RunOne,
                  waits: list[list[int]] | None = None) -> None:
         self.items, self.lanes, self.run_one = items, lanes, run_one
         self.waits = _waits(items, lanes) if waits is None else waits
+        self.lane_of = [0] * len(items)
+        for number, indices in enumerate(lanes):
+            for index in indices:
+                self.lane_of[index] = number
+        self.position = [0] * len(lanes)  # per lane: its next unclaimed item (a position in the lane)
+        self.busy = [False] * len(lanes)  # per lane: one of its items is running
         self.finished = [False] * len(items)
         self.errors: dict[int, BaseException] = {}
+        self.escaped: BaseException | None = None  # an interrupt that ended a helper outside any item
         self.stop_at = len(items)  # items after this index are not started
+        self.running = 0  # items running now
         self.state = threading.Condition()
-        self.running = sum(1 for indices in lanes if not self.waits[indices[0]])
         self.cores = cpu.thread_count()
 
     def run(self) -> None:
-        """Run every lane (the first on this thread), wait for all, raise the earliest error. The
-        other lanes go to the hot workers of runtime/workers.py when they are free (a lane then
-        starts within microseconds, not the 100-500 µs a pool thread takes to wake on a VM), else
-        to the thread pool."""
-        team = workers.crew(len(self.lanes) - 1)
+        """Run every item (this thread claims first, then helpers are posted: the hot workers of
+        runtime/workers.py when free, else the pool), wait only for items claimed by others, and
+        raise the earliest error in schedule order."""
+        first = self._claim(0, wait=False)  # the schedule's first item: nothing precedes it
+        helpers = len(self.lanes) - 1
+        team = workers.crew(helpers)
         if team is not None and team.lock.acquire(blocking=False):
             try:
-                team.run(lambda: self.lane(self.lanes[0]), [(self.lane, (indices,), {}) for indices in self.lanes[1:]])
+                posted = team.python(self._help, helpers)
             finally:
                 team.lock.release()
         else:
-            pool = _pool(len(self.lanes) - 1)
-            futures: list[Future[None]] = [pool.submit(self.lane, indices) for indices in self.lanes[1:]]
-            try:
-                self.lane(self.lanes[0])
-            finally:
-                for future in futures:
-                    future.result()
+            posted = 0
+        pool = _pool(helpers) if posted < helpers else None
+        for _ in range(helpers - posted):
+            pool.submit(self._help)  # type: ignore[union-attr]
+        try:
+            self._work(first)
+            with self.state:
+                self.state.wait_for(lambda: self.running == 0)
+        except BaseException:  # interrupted: start nothing more, let the running items end
+            with self.state:
+                self.stop_at = -1
+                self.state.notify_all()
+                self.state.wait_for(lambda: self.running == 0)
+            raise
+        if self.escaped is not None:
+            raise self.escaped
         if self.errors:
             raise self.errors[min(self.errors)]
 
-    def _ready(self, index: int) -> bool:
-        return all(self.finished[dep] for dep in self.waits[index])
-
-    def _start(self, index: int, counted: bool) -> int | None:
-        """Wait until item `index` may start; the number of lanes then running (this one counted from
-        now on), or None when it must not start because an earlier item failed (this one uncounted).
-        `counted`: this lane is counted in `running` now (a lane waiting for another is not)."""
-        with self.state:
-            if not self._ready(index):
-                self.running -= 1 if counted else 0
-                self.state.wait_for(lambda: self._ready(index))
-                counted = False
-            if index > self.stop_at:
-                self.running -= 1 if counted else 0
-                return None
-            self.running += 0 if counted else 1
-            return self.running
-
-    def lane(self, indices: list[int]) -> None:
-        """Run one lane's items in order, waiting for the other lanes' items they depend on."""
-        _LOCAL.in_lane = True
-        counted, ran = not self.waits[indices[0]], 0
+    def _help(self) -> None:
+        """A helper thread's part: claim items until none may start; an interrupt is kept for `run`."""
         try:
-            for index in indices:
-                previous, counted = counted, False  # `_start` uncounts this lane when it waits or stops
-                running = self._start(index, previous)
-                counted = running is not None
-                if running is None:
-                    break
-                self._run(index, running)
-                ran += 1
-        finally:  # also reached when a wait is interrupted (KeyboardInterrupt on the caller's thread)
-            with self.state:
-                self.running -= 1 if counted else 0
-                if ran < len(indices):  # nothing after an item that did not run may start
-                    self.stop_at = min(self.stop_at, indices[ran] - 1)
-                for index in indices:
-                    self.finished[index] = True  # skipped items too: their waiters then see stop_at
-                self.state.notify_all()
+            self._work(None)
+        except BaseException as error:  # noqa: BLE001 - raised by `run`
+            self.escaped = self.escaped or error
+
+    def _work(self, claimed: tuple[int, int] | None) -> None:
+        """Run `claimed` (an item and the lanes live when it was claimed), then claim more, preferring
+        the last item's lane, until no item may start (waiting while some may later)."""
+        _LOCAL.in_lane = True
+        lane = 0 if claimed is None else self.lane_of[claimed[0]]
+        try:
+            while claimed is not None or (claimed := self._claim(lane, wait=True)) is not None:
+                index, live = claimed
+                lane = self.lane_of[index]
+                try:
+                    self._run(index, live)
+                except BaseException:  # interrupted outside the item: nothing after it may start
+                    self._end(index, None, stop=index - 1)
+                    raise
+                claimed = None
+        finally:
             _LOCAL.in_lane = False
 
-    def _run(self, index: int, running: int) -> None:
-        """Run item `index` with the kernel thread cap for `running` busy lanes; record its error."""
+    def _ready_lane(self, lane: int) -> bool:
+        """Whether `lane`'s next item may be claimed now."""
+        position, indices = self.position[lane], self.lanes[lane]
+        if self.busy[lane] or position >= len(indices) or indices[position] > self.stop_at:
+            return False
+        return all(self.finished[dep] for dep in self.waits[indices[position]])
+
+    def _pending(self) -> bool:
+        """Whether some item not yet claimed may still start."""
+        return any(position < len(indices) and indices[position] <= self.stop_at
+                   for position, indices in zip(self.position, self.lanes, strict=True))
+
+    def _claim(self, prefer: int, wait: bool) -> tuple[int, int] | None:
+        """Claim a ready item (of lane `prefer` if it has one, else the earliest): (index, lanes live
+        then: running or ready). None when no item may start any more (or none is ready, without `wait`)."""
+        with self.state:
+            while True:
+                ready = [lane for lane in range(len(self.lanes)) if self._ready_lane(lane)]
+                if ready:
+                    lane = prefer if prefer in ready else min(ready, key=lambda n: self.lanes[n][self.position[n]])
+                    index = self.lanes[lane][self.position[lane]]
+                    self.position[lane] += 1
+                    self.busy[lane] = True
+                    self.running += 1
+                    return index, sum(self.busy) + len(ready) - 1
+                if not wait or not self._pending():
+                    return None
+                self.state.wait()
+
+    def _run(self, index: int, live: int) -> None:
+        """Run item `index` with the kernel thread cap for `live` lanes; record its error."""
         error: BaseException | None = None
         try:
-            with thread_cap(max(1, self.cores // max(1, running))):
+            with thread_cap(max(1, self.cores // max(1, live))):
                 self.run_one(index, self.items[index])
         except BaseException as raised:  # re-raised by `run`, in schedule order
             error = raised
+        self._end(index, error, stop=index if error is not None else self.stop_at)
+
+    def _end(self, index: int, error: BaseException | None, stop: int) -> None:
+        """Item `index` is over (ran, failed with `error`, or abandoned): free its lane, wake waiters."""
         with self.state:
             self.finished[index] = True
+            self.busy[self.lane_of[index]] = False
+            self.running -= 1
             if error is not None:
                 self.errors[index] = error
-                self.stop_at = min(self.stop_at, index)
+            self.stop_at = min(self.stop_at, stop)
             self.state.notify_all()
 
 

@@ -5,10 +5,13 @@ A recorded multi-device schedule (a sharded graph: each device's kernels, then t
 small copies and kernels) otherwise replays through `run_schedule`: its items are rebuilt, their
 kernels looked up, and each lane but the caller's runs as a Python job on a worker thread, which
 takes the GIL for every item (and, on a VM, starts 100-200 µs late when it has to wait for it).
-Here every lane but the first becomes one `NativeBatch` of its kernels (runtime/workers.py): the
-worker calls them in order without the GIL. The caller runs the first lane, under the thread cap
-the lanes would have (`cpu.thread_count() // lanes`), and then the other items in schedule order
-with no cap, each with its kernel resolved once per template. The lanes are the lane plan's, each
+Here every lane but the first becomes one `NativeBatch` of its kernels (runtime/workers.py), a
+task on the crew's claim board: a worker that claims it calls the kernels in order without the GIL.
+The caller runs the first lane, then claims every batch no worker has claimed yet and runs it
+itself (natively), and waits only for batches a worker has claimed: a lane whose thread does not
+get a core holds the realize no longer than the work it claimed. The first lane runs under the
+thread cap the lanes would have (`cpu.thread_count() // lanes`), the items after the lanes in
+schedule order with no cap, each with its kernel resolved once per template. The lanes are the lane plan's, each
 cut before its first item that waits for another lane's item (`native_plan`: with three devices
 the all-reduce's first copy lands in a lane); what is cut off runs after the lanes.
 
@@ -81,7 +84,7 @@ def run(template: replay.Template, signature: replay.Signature, kernel_of: Kerne
     if not team.lock.acquire(blocking=False):
         return False
     try:
-        team.run(lambda: _run_items(template, plan.lanes[0], kernels, buffers, guard, cap), jobs)
+        team.batches(lambda: _run_items(template, plan.lanes[0], kernels, buffers, guard, cap), jobs)
     finally:
         team.lock.release()
     _run_items(template, plan.tail, kernels, buffers, guard, None)

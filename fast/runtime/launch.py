@@ -1,18 +1,24 @@
-"""Launching a compiled kernel, split across CPU threads when it is large enough.
+"""Launching a compiled kernel, split into chunks that threads claim when it is large enough.
 
 A threaded kernel (`LinearProgram.threaded`) takes `core, cores` as its last two int64 parameters
-and computes only its share of the outermost GLOBAL loop. `launch` calls it once per core value on
-a process-wide thread pool (ctypes releases the GIL during the call, so the shares run in parallel)
-and waits for all of them; an exception in any share is raised in the caller. Every output element
-is computed by exactly one share with the same code, so results never depend on the thread count.
-The shares go to a crew of polling workers (runtime/workers.py: microsecond hand-offs; a program
-with `native_call` is called by the worker's native loop, without the GIL) when no other launch
-holds it, else to the pool. `thread_cap(n)` caps the threads of kernels launched from the
-calling thread (engine/parallel.py uses it when several devices run at once, so their kernels share
-the cores).
+and computes only its share `[count*core/cores, count*(core+1)/cores)` of the outermost GLOBAL
+loop; calling it once for every `core < cores` computes every output exactly once with the same
+code whatever `cores` is, so results never depend on how the work is split or who runs it.
+
+`launch` splits a kernel into `chunk_count` chunks (`cores` = the chunk count, more chunks than
+threads) which the caller and up to `threads_for(work) - 1` workers claim one at a time
+(runtime/workers.py for native calls: the claim board; runtime/claims.py for Python calls: the
+same rule under a lock). The caller claims too and waits only for chunks a worker has already
+claimed, never for a worker that has not started: on a host whose other cores are busy the caller
+ends up running every chunk itself, at about the one-thread time. A kernel whose estimated work
+(bytes + flops) is below `config.parallel_min_work` runs on the caller alone. An exception in a
+chunk (a Python call) is raised in the caller once every claimed chunk has finished.
+`thread_cap(n)` caps the threads of kernels launched from the calling thread (engine/parallel.py
+uses it when several devices run at once, so their kernels share the cores).
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -22,6 +28,10 @@ from typing import Any
 
 from fast import config
 from fast.runtime import cpu, workers
+from fast.runtime.claims import Claims
+
+CHUNKS_PER_THREAD = 4  # a threaded kernel is cut into this many chunks per thread ...
+CHUNK_MIN_WORK = 1 << 20  # ... or fewer, so that a chunk holds at least this much work (bytes + flops)
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
@@ -59,14 +69,11 @@ def threads_for(work: int) -> int:
     return count if cap is None else max(1, min(count, cap))
 
 
-def _share(team: workers.Crew, runner: Any, handles: Sequence[Any], vals: tuple[int, ...]) -> workers.Job:
-    """One share as a job for `team`: a native call when the program offers one the crew accepts
-    (no GIL needed), else a Python call of the program."""
-    native = getattr(runner, "native_call", None)
-    call = native(handles, vals) if native is not None else None
-    if call is not None and team.accepts(call):
-        return call  # type: ignore[no-any-return]
-    return (runner, tuple(handles), {"vals": vals})
+def chunk_count(work: int, threads: int) -> int:
+    """The chunks a kernel with `work` estimated bytes + flops is cut into for `threads` threads:
+    `CHUNKS_PER_THREAD` per thread, fewer when a chunk would hold less than `CHUNK_MIN_WORK`, never
+    fewer than `threads`."""
+    return max(threads, min(threads * CHUNKS_PER_THREAD, work // CHUNK_MIN_WORK))
 
 
 def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: bool, work: int,
@@ -75,22 +82,39 @@ def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: b
     returns the elapsed seconds when `wait`."""
     if not threaded:
         return runner(*handles, vals=tuple(vals), wait=wait)  # type: ignore[no-any-return]
-    cores = threads_for(work)
+    threads = threads_for(work)
     start = time.perf_counter()
-    if cores == 1:
+    if threads == 1:
         runner(*handles, vals=(*vals, 0, 1))
-        return time.perf_counter() - start if wait else None
-    team = workers.crew(cores - 1)
-    if team is not None and team.lock.acquire(blocking=False):  # hot workers, one caller at a time
+    else:
+        run_chunks(runner, handles, tuple(vals), threads, chunk_count(work, threads))
+    return time.perf_counter() - start if wait else None
+
+
+def run_chunks(runner: Any, handles: Sequence[Any], vals: tuple[int, ...], threads: int, chunks: int) -> None:
+    """Run chunks `0..chunks-1` of a threaded kernel (`core, cores` = `i, chunks` after `vals`) on
+    this thread and up to `threads - 1` others, each chunk exactly once (module docstring)."""
+    team = workers.crew(threads - 1)
+    native = getattr(runner, "native_call", None)
+    call = native(handles, vals) if native is not None and team is not None else None
+    if team is not None and team.lock.acquire(blocking=False):  # the hot workers, one caller at a time
         try:
-            team.run(lambda: runner(*handles, vals=(*vals, 0, cores)),
-                     [_share(team, runner, handles, (*vals, core, cores)) for core in range(1, cores)])
+            if call is not None and team.accepts(call):
+                team.chunks(call, chunks)
+                return
+            claims = _claims(runner, handles, vals, chunks)
+            team.python(claims.help, threads - 1)
+            claims.finish()
         finally:
             team.lock.release()
-    else:
-        pool = _pool(max(cores, cpu.thread_count()))  # room for every lane's shares under a thread cap
-        shares = [pool.submit(runner, *handles, vals=(*vals, core, cores)) for core in range(1, cores)]
-        runner(*handles, vals=(*vals, 0, cores))
-        for share in shares:
-            share.result()
-    return time.perf_counter() - start if wait else None
+        return
+    claims = _claims(runner, handles, vals, chunks)
+    pool = _pool(max(threads, cpu.thread_count()))  # room for every lane's helpers under a thread cap
+    for _ in range(min(threads, chunks) - 1):
+        pool.submit(claims.help)
+    claims.finish()
+
+
+def _claims(runner: Any, handles: Sequence[Any], vals: tuple[int, ...], chunks: int) -> Claims:
+    """The chunks of a kernel as Python tasks."""
+    return Claims([functools.partial(runner, *handles, vals=(*vals, core, chunks)) for core in range(chunks)])

@@ -225,14 +225,14 @@ def test_the_first_error_in_schedule_order_is_raised_and_later_items_do_not_star
 
 def test_an_interrupted_lane_keeps_its_dependents_from_starting(parallel_runs: list[int],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    original = parallel.LaneRun._start
+    original = parallel.LaneRun._run
 
-    def interrupted(self: parallel.LaneRun, index: int, counted: bool) -> int | None:
-        if index == 0:
+    def interrupted(self: parallel.LaneRun, index: int, live: int) -> None:
+        if index == 0:  # the caller claims the first item itself, before any helper is posted
             raise KeyboardInterrupt
-        return original(self, index, counted)
+        original(self, index, live)
 
-    monkeypatch.setattr(parallel.LaneRun, "_start", interrupted)
+    monkeypatch.setattr(parallel.LaneRun, "_run", interrupted)
     x = from_numpy(np.arange(4, dtype=np.float32), "CLANG")
     items = fast.schedule(x.copy_to_device("CLANG:1"), x.assign(x.e(BinaryOps.ADD, x.const(1.0))))
     assert [entry.ast.op for entry in items][0] is LoadOps.COPY and items[1].assign  # copy, then the assign
@@ -370,5 +370,7 @@ def test_the_small_tail_of_a_sharded_sum_runs_on_the_callers_thread(monkeypatch:
     assert sorted(threads) == list(range(len(threads)))
     tail = [threads[number] for number in range(cut, len(threads))]
     assert tail and all(ident == threading.get_ident() for ident in tail)
-    assert len({threads[number] for number in range(cut)}) == 2  # the large items did run in two lanes
+    # the large items ran in lanes: on at most two threads (the caller runs a lane whose helper did not
+    # get a core in time: tests/fast/test_thread_claiming.py)
+    assert 1 <= len({threads[number] for number in range(cut)}) <= 2
     np.testing.assert_allclose(fast.to_numpy(total), (data * data).sum(0, keepdims=True), rtol=1e-4)

@@ -1,9 +1,11 @@
-"""The hot workers of fast/runtime/workers.py: native jobs (kernels called by the worker's own loop,
-with every argument in its place), Python jobs and their errors, sleeping and waking, long shares,
-and the launch path that hands kernel shares over as native calls."""
+"""The hot workers of fast/runtime/workers.py: native batches (kernels called by the worker's own loop,
+with every argument in its place), Python jobs, sleeping and waking, long tasks, the limits of the
+board, and the launch path that hands kernel chunks over as native calls. Claiming itself (late
+workers, workers that never start, errors, bits across thread counts): tests/fast/test_thread_claiming.py."""
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 
 from fast import config
 from fast.runtime import clang, launch, workers
+from fast.runtime.claims import Claims
 from fast.runtime.host import HostMemory
 
 pytestmark = pytest.mark.skipif(workers.natives() is None, reason="needs llvmlite (the polling loops are JIT-compiled)")
@@ -39,18 +42,22 @@ def team() -> workers.Crew:
     return crew
 
 
-def run_alone(team: workers.Crew, first: object, jobs: list[workers.Job]) -> None:
+def run_alone(team: workers.Crew, first: object, batches: list[workers.NativeBatch]) -> None:
     with team.lock:
-        team.run(first, jobs)  # type: ignore[arg-type]
+        team.batches(first, batches)  # type: ignore[arg-type]
+
+
+def one(call: workers.NativeCall) -> workers.NativeBatch:
+    return workers.NativeBatch((call,))
 
 
 def test_native_job_passes_every_argument_in_order(team: workers.Crew) -> None:
     program = weighted_sum_program()
     out = np.zeros(1, dtype=np.int64)
     values = [(-1) ** k * (3 * k + 7) * 1_000_003 for k in range(ARGUMENTS)]
-    call = workers.NativeCall(program.address, (out.ctypes.data, *values))
-    assert team.accepts(call)
-    run_alone(team, lambda: None, [call])
+    batch = one(workers.NativeCall(program.address, (out.ctypes.data, *values)))
+    assert team.accepts(batch)
+    run_alone(team, lambda: None, [batch])
     assert int(out[0]) == sum((k + 1) * value for k, value in enumerate(values))
 
 
@@ -81,86 +88,100 @@ def test_native_batches_beyond_the_job_words_are_not_accepted(team: workers.Crew
 
 def test_native_calls_beyond_the_limit_are_not_accepted(team: workers.Crew) -> None:
     too_long = workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS + 1)))
-    assert not team.accepts(too_long)
+    assert not team.accepts(one(too_long))
+    assert not team.accepts(workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS - 1))))  # + core, cores
     ran: list[int] = []
     with pytest.raises(ValueError, match="native job beyond the limits"):
-        run_alone(team, lambda: ran.append(1), [too_long])  # refused before anything runs
+        run_alone(team, lambda: ran.append(1), [one(too_long)])  # refused before anything runs
+    with pytest.raises(ValueError, match="native job beyond the limits"), team.lock:
+        team.chunks(workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS - 1))), 4)
     assert not ran
 
 
-def test_native_job_after_the_worker_slept(team: workers.Crew) -> None:
-    """With no polling window the worker sleeps between jobs; the doorbell still wakes it, every time."""
+def test_a_sleeping_worker_is_woken_for_a_batch(team: workers.Crew) -> None:
+    """With no polling window the worker sleeps between jobs; the doorbell wakes it: the batch is done
+    while the caller is still busy with its own part."""
     buffer = np.zeros(4096, dtype=np.uint8)
     with config.override(worker_spin_us=0):
         for value in (1, 2, 3):
             time.sleep(0.02)
-            run_alone(team, lambda: None, [workers.NativeCall(libc_address("memset"),
-                                                              (buffer.ctypes.data, value, buffer.size))])
+
+            def first(value: int = value) -> None:
+                deadline = time.perf_counter() + 10
+                while buffer[-1] != value and time.perf_counter() < deadline:
+                    time.sleep(0.001)
+                assert buffer[-1] == value, "the worker did not wake"
+            run_alone(team, first, [one(workers.NativeCall(libc_address("memset"),
+                                                           (buffer.ctypes.data, value, buffer.size)))])
             assert (buffer == value).all()
 
 
 def test_long_native_job_is_waited_for(team: workers.Crew) -> None:
-    """A share that outlasts the caller's polling window: the caller naps until it ends."""
-    with config.override(worker_spin_us=50):
-        start = time.perf_counter()
-        run_alone(team, lambda: None, [workers.NativeCall(libc_address("usleep"), (30_000,))])
-        assert time.perf_counter() - start >= 0.03
+    """A task that outlasts the caller's polling window: the caller naps until it ends."""
+    start = time.perf_counter()
+    run_alone(team, lambda: time.sleep(0.001), [one(workers.NativeCall(libc_address("usleep"), (30_000,)))])
+    assert time.perf_counter() - start >= 0.03
 
 
-def test_python_job_and_its_error(team: workers.Crew) -> None:
-    seen: list[int] = []
-    run_alone(team, lambda: seen.append(0), [(seen.append, (1,), {})])
-    assert sorted(seen) == [0, 1]
+def test_python_jobs_go_to_idle_workers_only(team: workers.Crew) -> None:
+    release = threading.Event()
+    seen: list[str] = []
+    with team.lock:
+        assert team.python(lambda: release.wait(10) and seen.append("first"), 1) == 1  # type: ignore[func-returns-value]
+        time.sleep(0.01)
+        assert team.python(lambda: seen.append("second"), 1) == 0  # busy: skipped, not queued
+    release.set()
+    deadline = time.perf_counter() + 10
+    while not team.workers[0].idle() and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    assert seen == ["first"] and team.workers[0].idle()
 
-    def fail() -> None:
-        raise ValueError("share failed")
 
-    with pytest.raises(ValueError, match="share failed"):
-        run_alone(team, lambda: None, [(fail, (), {})])
-    run_alone(team, lambda: seen.append(2), [(seen.append, (3,), {})])  # the crew still works
-    assert sorted(seen) == [0, 1, 2, 3]
+def test_python_claims_on_the_crew_raise_the_first_error(team: workers.Crew) -> None:
+    ran: list[int] = []
+
+    def task(number: int) -> None:
+        ran.append(number)
+        if number in (2, 4):
+            raise ValueError(f"task {number} failed")
+    claims = Claims([lambda n=n: task(n) for n in range(6)])  # type: ignore[misc]
+    with team.lock:
+        team.python(claims.help, 1)
+    with pytest.raises(ValueError, match="task 2 failed"):
+        claims.finish()
+    assert sorted(ran) == list(range(6))  # a failure stops nothing: every task ran once
 
 
-def test_error_of_the_callers_share_is_raised_after_the_workers_finish(team: workers.Crew) -> None:
+def test_error_of_the_callers_part_is_raised_after_the_batches_ran(team: workers.Crew) -> None:
     buffer = np.zeros(64, dtype=np.uint8)
 
     def fail() -> None:
-        raise RuntimeError("caller's share")
+        raise RuntimeError("caller's part")
 
-    with pytest.raises(RuntimeError, match="caller's share"):
-        run_alone(team, fail, [workers.NativeCall(libc_address("memset"), (buffer.ctypes.data, 9, buffer.size))])
+    with pytest.raises(RuntimeError, match="caller's part"):
+        run_alone(team, fail, [one(workers.NativeCall(libc_address("memset"), (buffer.ctypes.data, 9, buffer.size)))])
     assert (buffer == 9).all()
 
 
-def test_more_jobs_than_workers_is_an_error(team: workers.Crew) -> None:
-    with pytest.raises(ValueError, match="2 jobs for 1 workers"):
-        run_alone(team, lambda: None, [(print, (), {}), (print, (), {})])
+def test_batches_beyond_the_board_are_an_error(team: workers.Crew) -> None:
+    call = workers.NativeCall(1, tuple(range(workers.MAX_NATIVE_ARGS)))
+    fitting = workers.NativeBatch((call,) * (workers.JOB_WORDS // (2 + workers.MAX_NATIVE_ARGS)))
+    too_many = workers.BOARD_WORDS // fitting.words() + 1
+    with pytest.raises(ValueError, match="do not fit the board"):
+        run_alone(team, lambda: None, [fitting] * too_many)
 
 
-def test_kernel_shares_go_to_the_workers_as_native_calls(team: workers.Crew) -> None:
+def test_kernel_chunks_go_to_the_workers_as_native_calls(team: workers.Crew) -> None:
     program = weighted_sum_program()
     out = np.zeros(1, dtype=np.int64)
 
     class Handle:
         address = out.ctypes.data
 
-    job = launch._share(team, program, [HostMemory(out.view(np.uint8), 0, 8)], tuple(range(ARGUMENTS)))
-    assert isinstance(job, workers.NativeCall) and job.arguments[1:] == tuple(range(ARGUMENTS))
+    call = program.native_call([HostMemory(out.view(np.uint8), 0, 8)], tuple(range(ARGUMENTS - 2)))
+    assert isinstance(call, workers.NativeCall) and team.accepts(call)
+    with team.lock:
+        team.chunks(call, 1)  # core 0, cores 1 appended: the last two weighted arguments
+    assert int(out[0]) == sum((k + 1) * k for k in range(ARGUMENTS - 2)) + (ARGUMENTS - 1) * 0 + ARGUMENTS * 1
     with pytest.raises(TypeError, match="weighted: expected CLANG buffers, got Handle"):
-        launch._share(team, program, [Handle()], tuple(range(ARGUMENTS)))
-    too_many = tuple(range(ARGUMENTS + 1))
-    assert isinstance(launch._share(team, program, [HostMemory(out.view(np.uint8), 0, 8)], too_many), tuple)
-
-
-def test_polling_budget_is_calibrated() -> None:
-    assert workers.polls_per_us() > 0
-    with config.override(worker_spin_us=0):
-        assert workers.idle_polls() == 1
-    with config.override(worker_spin_us=1000):
-        assert workers.idle_polls() >= 1000 * workers.polls_per_us() - 1
-
-
-def test_worker_spin_us_must_not_be_negative() -> None:
-    with pytest.raises(ValueError, match="WORKER_SPIN_US=-1 must be 0 or more"):
-        config.Config.from_env({"WORKER_SPIN_US": "-1"})
-    assert config.Config.from_env({"WORKER_SPIN_US": "0"}).worker_spin_us == 0
+        launch.run_chunks(program, [Handle()], tuple(range(ARGUMENTS - 2)), 2, 4)

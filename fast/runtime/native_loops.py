@@ -1,0 +1,338 @@
+"""The native loops of the worker crew (runtime/workers.py), JIT-compiled once per process with llvmlite.
+
+Every function here is called through ctypes, which releases the GIL, so a worker polling or
+running kernels holds no Python lock. Kernel parameters are pointers or int64s, which the C ABIs of
+x86-64 and AArch64 pass alike in integer registers, so one calling loop serves every kernel of up
+to `MAX_NATIVE_ARGS` parameters (`native_jobs` is False on other machines: shares are then Python
+calls).
+
+The claim board (int64 words, one per crew; see `fast_claim`):
+- `CLAIM`: `(generation << 32) | (tasks << 16) | next`. A task is claimed by a compare-and-swap
+  that increments `next` while `next < tasks`, so each task runs exactly once whoever claims it,
+  and a thread that read an older generation's word can never claim a task of a newer one (its
+  swap fails). The job's other words are read only after a successful claim: the job cannot end,
+  and the caller cannot rewrite them, before that task is counted in `DONE`.
+- `DONE`: tasks finished (atomic add after each task).
+- `MODE`: `CHUNKS` (one kernel: task i calls it with `core = i, cores = tasks` appended to its
+  arguments at `ARGS`, `COUNT` of them, function at `CALL`) or `BATCHES` (task i runs the native
+  calls listed at offset `board[TABLE + i]`: their number, then per call function, count, arguments).
+
+Polling is bounded: `fast_relax` pauses, and every `YIELD_EVERY` polls gives the core away with
+`sched_yield` (another thread or process on that core runs first; on an idle core it returns at
+once). The number of polls that lasts a given time is calibrated once per process (`polls_per_us`).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fast import config
+
+CALIBRATION_POLLS = 20_000  # polls timed once per process to convert microseconds to polls
+MAX_NATIVE_ARGS = 40  # a kernel with more parameters runs its share as a Python call
+YIELD_EVERY = 64  # polls between two sched_yield calls while polling
+MAX_TASKS = 0xFFFF  # tasks of one board job (16 bits of the claim word)
+CLAIM, DONE, MODE, CALL, COUNT, ARGS = 0, 1, 2, 3, 4, 5  # board words (CHUNKS mode)
+TABLE = 3  # BATCHES mode: the offsets of the tasks' call lists start here
+CHUNKS, BATCHES = 0, 1  # values of MODE
+POSTED, FINISHED = 0, 1  # a worker's own words (Python jobs)
+
+
+def _switch(label: str, count_reg: str, words: str, first: str, extra: tuple[str, ...]) -> tuple[str, str]:
+    """(switch cases, call blocks) calling `%f` with 0..N int64 arguments read from `words` at
+    `first` (plus the `extra` registers), each block branching to `%{label}_after`."""
+    top = MAX_NATIVE_ARGS - len(extra)
+    cases = " ".join(f"i64 {count}, label %{label}{count}" for count in range(top + 1))
+    blocks = []
+    for count in range(top + 1):
+        loads = [f"  %{label}i{count}_{k} = add i64 {first}, {k}\n"
+                 f"  %{label}p{count}_{k} = getelementptr i64, ptr {words}, i64 %{label}i{count}_{k}\n"
+                 f"  %{label}a{count}_{k} = load i64, ptr %{label}p{count}_{k}, align 8\n" for k in range(count)]
+        arguments = ", ".join([f"i64 %{label}a{count}_{k}" for k in range(count)] + [f"i64 {e}" for e in extra])
+        blocks.append(f"{label}{count}:\n{''.join(loads)}  call void %f({arguments})\n  br label %{label}_after")
+    return f"switch i64 {count_reg}, label %{label}_after [ {cases} ]", "\n".join(blocks)
+
+
+def _calls_ir() -> str:
+    """`fast_calls(words, pos, ncalls)`: run `ncalls` calls listed from `words[pos]`;
+    `fast_chunk(board, core, cores)`: the CHUNKS call with `core, cores` appended."""
+    switch, blocks = _switch("callcase", "%n", "%words", "%base", ())
+    chunk_switch, chunk_blocks = _switch("chunkcase", "%count", "%board", f"{ARGS}", ("%core", "%cores"))
+    return f"""
+define void @fast_calls(ptr %words, i64 %pos0, i64 %ncalls) {{
+entry:
+  %any = icmp sgt i64 %ncalls, 0
+  br i1 %any, label %call, label %end
+call:
+  %c = phi i64 [ 0, %entry ], [ %c1, %callcase_after ]
+  %pos = phi i64 [ %pos0, %entry ], [ %pos1, %callcase_after ]
+  %fp = getelementptr i64, ptr %words, i64 %pos
+  %fn = load i64, ptr %fp, align 8
+  %f = inttoptr i64 %fn to ptr
+  %npos = add i64 %pos, 1
+  %np = getelementptr i64, ptr %words, i64 %npos
+  %n = load i64, ptr %np, align 8
+  %base = add i64 %pos, 2
+  {switch}
+{blocks}
+callcase_after:
+  %pos1 = add i64 %base, %n
+  %c1 = add i64 %c, 1
+  %more = icmp slt i64 %c1, %ncalls
+  br i1 %more, label %call, label %end
+end:
+  ret void
+}}
+
+define void @fast_chunk(ptr %board, i64 %core, i64 %cores) {{
+entry:
+  %fp = getelementptr i64, ptr %board, i64 {CALL}
+  %fn = load i64, ptr %fp, align 8
+  %f = inttoptr i64 %fn to ptr
+  %cp = getelementptr i64, ptr %board, i64 {COUNT}
+  %count = load i64, ptr %cp, align 8
+  {chunk_switch}
+{chunk_blocks}
+chunkcase_after:
+  ret void
+}}
+"""
+
+
+def _claim_ir() -> str:
+    """`fast_claim(board)`: claim and run tasks until none is left; returns how many it ran."""
+    return f"""
+define i64 @fast_claim(ptr %board) {{
+entry:
+  %donep = getelementptr i64, ptr %board, i64 {DONE}
+  %modep = getelementptr i64, ptr %board, i64 {MODE}
+  br label %look
+look:
+  %ran = phi i64 [ 0, %entry ], [ %ran, %look_again ], [ %ran1, %finish ]
+  %w = load atomic i64, ptr %board acquire, align 8
+  %tasks_hi = lshr i64 %w, 16
+  %tasks = and i64 %tasks_hi, 65535
+  %next = and i64 %w, 65535
+  %open = icmp ult i64 %next, %tasks
+  br i1 %open, label %try, label %out
+try:
+  %w1 = add i64 %w, 1
+  %pair = cmpxchg ptr %board, i64 %w, i64 %w1 acq_rel acquire
+  %ok = extractvalue {{ i64, i1 }} %pair, 1
+  br i1 %ok, label %run, label %look_again
+look_again:
+  br label %look
+run:
+  %mode = load i64, ptr %modep, align 8
+  %chunks = icmp eq i64 %mode, {CHUNKS}
+  br i1 %chunks, label %chunk, label %batch
+chunk:
+  call void @fast_chunk(ptr %board, i64 %next, i64 %tasks)
+  br label %finish
+batch:
+  %slot = add i64 %next, {TABLE}
+  %op = getelementptr i64, ptr %board, i64 %slot
+  %offset = load i64, ptr %op, align 8
+  %ncp = getelementptr i64, ptr %board, i64 %offset
+  %ncalls = load i64, ptr %ncp, align 8
+  %first = add i64 %offset, 1
+  call void @fast_calls(ptr %board, i64 %first, i64 %ncalls)
+  br label %finish
+finish:
+  %old = atomicrmw add ptr %donep, i64 1 acq_rel
+  %ran1 = add i64 %ran, 1
+  br label %look
+out:
+  ret i64 %ran
+}}
+"""
+
+
+def _ir(pause: str, declare: str) -> str:
+    """The module: `fast_init` (sched_yield's address), `fast_relax` (one poll's pause),
+    `fast_spin` (poll a word), `fast_wait_count` (poll a counter), `fast_publish` (release store),
+    the calling loops, `fast_claim`, and `fast_serve` (a worker's loop: claim board tasks, return on
+    a Python job or after `limit` polls without work)."""
+    return f"""
+{declare}
+@yield_fn = internal global ptr null
+
+define void @fast_init(ptr %y) {{
+  store ptr %y, ptr @yield_fn, align 8
+  ret void
+}}
+
+define void @fast_relax(i64 %i) {{
+entry:
+  {pause}
+  %m = and i64 %i, {YIELD_EVERY - 1}
+  %now = icmp eq i64 %m, {YIELD_EVERY - 1}
+  br i1 %now, label %give, label %done
+give:
+  %f = load ptr, ptr @yield_fn, align 8
+  %r = call i32 %f()
+  br label %done
+done:
+  ret void
+}}
+
+define i64 @fast_spin(ptr %p, i64 %old, i64 %limit) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %again ]
+  %v = load atomic i64, ptr %p acquire, align 8
+  %changed = icmp ne i64 %v, %old
+  br i1 %changed, label %done, label %again
+again:
+  call void @fast_relax(i64 %i)
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %limit
+  br i1 %more, label %loop, label %done
+done:
+  %r = load atomic i64, ptr %p acquire, align 8
+  ret i64 %r
+}}
+
+define i64 @fast_wait_count(ptr %p, i64 %target, i64 %limit) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %again ]
+  %v = load atomic i64, ptr %p acquire, align 8
+  %reached = icmp sge i64 %v, %target
+  br i1 %reached, label %done, label %again
+again:
+  call void @fast_relax(i64 %i)
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %limit
+  br i1 %more, label %loop, label %done
+done:
+  %r = load atomic i64, ptr %p acquire, align 8
+  ret i64 %r
+}}
+
+define void @fast_publish(ptr %p, i64 %value) {{
+  store atomic i64 %value, ptr %p release, align 8
+  ret void
+}}
+{_calls_ir()}
+{_claim_ir()}
+define i64 @fast_serve(ptr %job, ptr %board, i64 %seen, i64 %first, i64 %idle) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %relax ], [ 0, %claim ]
+  %limit = phi i64 [ %first, %entry ], [ %limit, %relax ], [ %idle, %claim ]
+  %w = load atomic i64, ptr %board acquire, align 8
+  %tasks_hi = lshr i64 %w, 16
+  %tasks = and i64 %tasks_hi, 65535
+  %nx = and i64 %w, 65535
+  %open = icmp ult i64 %nx, %tasks
+  br i1 %open, label %claim, label %own
+claim:
+  %ran = call i64 @fast_claim(ptr %board)
+  br label %loop
+own:
+  %v = load atomic i64, ptr %job acquire, align 8
+  %changed = icmp ne i64 %v, %seen
+  br i1 %changed, label %handback, label %relax
+handback:
+  ret i64 %v
+relax:
+  call void @fast_relax(i64 %i)
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %limit
+  br i1 %more, label %loop, label %quiet
+quiet:
+  ret i64 %seen
+}}
+"""
+
+
+@dataclass(frozen=True)
+class Natives:
+    """The JIT-compiled loops (each call releases the GIL); `engine` keeps their code alive."""
+
+    spin: Callable[[int, int, int], int]
+    wait_count: Callable[[int, int, int], int]
+    publish: Callable[[int, int], None]
+    claim: Callable[[int], int]
+    serve: Callable[[int, int, int, int, int], int]
+    native_jobs: bool  # whether kernels may be called with int64 words (see the module docstring)
+    engine: Any
+
+
+def _yield_address() -> int:
+    """The address of the C library's `sched_yield` (a no-op function's when there is none)."""
+    try:
+        return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
+    except (AttributeError, OSError):
+        return 0
+
+
+@functools.lru_cache(maxsize=1)
+def natives() -> Natives | None:
+    """The loops, compiled once per process, or None without llvmlite (or without sched_yield)."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return None
+    address = _yield_address()
+    if not address:
+        return None
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine_name = platform.machine().lower()
+    x86 = machine_name in ("x86_64", "amd64")
+    pause = ("call void @llvm.x86.sse2.pause()", "declare void @llvm.x86.sse2.pause()") if x86 else ("", "")
+    module = llvm.parse_assembly(_ir(*pause))
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine(opt=0))
+    engine.finalize_object()
+    i64, void_p = ctypes.c_int64, ctypes.c_void_p
+
+    def function(name: str, restype: Any, *argtypes: Any) -> Any:
+        return ctypes.CFUNCTYPE(restype, *argtypes)(engine.get_function_address(name))
+    function("fast_init", None, void_p)(address)
+    native_jobs = ctypes.sizeof(void_p) == 8 and machine_name in ("x86_64", "amd64", "aarch64", "arm64")
+    return Natives(function("fast_spin", i64, void_p, i64, i64), function("fast_wait_count", i64, void_p, i64, i64),
+                   function("fast_publish", None, void_p, i64), function("fast_claim", i64, void_p),
+                   function("fast_serve", i64, void_p, void_p, i64, i64, i64), native_jobs, engine)
+
+
+def spin_function() -> Callable[[int, int, int], int] | None:
+    """`spin(p, old, limit)`: the int64 at `p` once it differs from `old`, or after `limit` polls."""
+    loops = natives()
+    return None if loops is None else loops.spin
+
+
+@functools.lru_cache(maxsize=1)
+def polls_per_us() -> float:
+    """How many polls of `spin_function()` take one microsecond on this machine (best of three)."""
+    spin = spin_function()
+    if spin is None:
+        return 1.0
+    idle = np.zeros(1, dtype=np.int64)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        spin(idle.ctypes.data, 0, CALIBRATION_POLLS)
+        best = min(best, time.perf_counter() - start)
+    return CALIBRATION_POLLS / max(best * 1e6, 1.0)
+
+
+def polls(microseconds: float) -> int:
+    """Polls that last about `microseconds` (at least one)."""
+    return max(1, int(microseconds * polls_per_us()))
+
+
+def idle_polls() -> int:
+    """Polls that last `config.worker_spin_us` (at least one)."""
+    return polls(config.get().worker_spin_us)
