@@ -124,7 +124,10 @@ class LinearProgram:
     (the engine checks, engine/fma_guard.py); empty for a program without FMA.
     `scratch`: arrays private to one call of the kernel (one per thread share), numbered after the
     buffers (`scratch[i].idx == len(buffers) + i`, `size` elements, aligned to 64 bytes, contents
-    undefined until stored): the packed panels of a matmul (codegen/gemm.py). Not parameters."""
+    undefined until stored): the packed panels of a matmul (codegen/gemm.py). Not parameters.
+    `chunks_per_thread`: how many `core~` chunks per thread a threaded launch should cut the kernel
+    into (runtime/launch.py), 0 for the runtime's default; a kernel whose chunks each repeat set-up
+    work (a GEMM packing B) asks for 1. Never changes values."""
 
     name: str
     instrs: tuple[Instr, ...]
@@ -138,6 +141,7 @@ class LinearProgram:
     streamed: frozenset[int] = frozenset()
     bounded_inputs: tuple[int, ...] = ()
     scratch: tuple[BufferInfo, ...] = ()
+    chunks_per_thread: int = 0
 
     def memory(self, idx: int) -> BufferInfo:
         """The kernel parameter or scratch array that LOAD/STORE/PREFETCH `idx` names."""

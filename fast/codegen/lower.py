@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fast import config
-from fast.codegen import gemm, transcendental
+from fast.codegen import gemm_loops, transcendental
 from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype
 from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
@@ -424,15 +424,15 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
     lowering = _Lowering(info, plan, options, parallel)
     lowering.const_slots = define_params(lowering.builder, ast) if const_params else None
-    matmul = gemm.plan(info, options, flops)
+    matmul = gemm_loops.plan(info, options)
     scratch: tuple[BufferInfo, ...] = ()
-    gemm_bounded: tuple[int, ...] = ()
+    gemm_chunks = 0
     if matmul is None:
         lowering.run()
     else:
         for variable in info.variables:
             lowering.var_refs[variable] = lowering.builder.define_var(variable.expr)
-        scratch, gemm_bounded = matmul(lowering)
+        scratch, gemm_chunks = matmul(lowering)
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
     threaded = lowering.thread_vars is not None
     names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if threaded else ())
@@ -443,7 +443,7 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     instrs = eliminate_dead_code(instrs)
     program = LinearProgram(kernel_name(info), instrs, info.buffers, names, info.variables, flops, mem_bytes,
                             threaded, len(consts), streamed_buffers(instrs, info.buffers, options.stream_min_bytes),
-                            tuple(sorted(set(bounded) | set(gemm_bounded))), scratch)
+                            tuple(sorted(bounded)), scratch, gemm_chunks)
     if config.get().debug >= 3:
         verify(program)
     return program

@@ -201,7 +201,7 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     except KeyError as error:
         raise RuntimeError(f"run_schedule: no value for symbolic variable {error} of {program.name}") from error
     elapsed = launch(kernel.runner, [buffer.handle for buffer in item.bufs], values, program.threaded,
-                     program.mem_bytes + program.flops, timed)
+                     program.mem_bytes + program.flops, timed, program.chunks_per_thread)
     if not timed:  # the description is for DEBUG=2 lines only
         return program.name
     info = f"{kernel.program.name:<28} global {str(item.ast.src[0].arg.st.shape):<16}"

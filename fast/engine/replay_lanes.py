@@ -150,4 +150,4 @@ def run_kernel(kernel: Any, constants: tuple[int, ...], ast: LazyOp, bufs: Seque
         kernel = guard(kernel, ast, bufs[0].device, bufs)
     program = kernel.program
     launch(kernel.runner, [buffer.handle for buffer in bufs], constants, program.threaded,
-           program.mem_bytes + program.flops)
+           program.mem_bytes + program.flops, chunks_per_thread=program.chunks_per_thread)

@@ -69,17 +69,18 @@ def threads_for(work: int) -> int:
     return count if cap is None else max(1, min(count, cap))
 
 
-def chunk_count(work: int, threads: int) -> int:
+def chunk_count(work: int, threads: int, per_thread: int = 0) -> int:
     """The chunks a kernel with `work` estimated bytes + flops is cut into for `threads` threads:
-    `CHUNKS_PER_THREAD` per thread, fewer when a chunk would hold less than `CHUNK_MIN_WORK`, never
-    fewer than `threads`."""
-    return max(threads, min(threads * CHUNKS_PER_THREAD, work // CHUNK_MIN_WORK))
+    `per_thread` per thread (0: `CHUNKS_PER_THREAD`; a program whose every chunk repeats set-up work,
+    such as a GEMM packing B, asks for fewer), fewer when a chunk would hold less than
+    `CHUNK_MIN_WORK`, never fewer than `threads`."""
+    return max(threads, min(threads * (per_thread or CHUNKS_PER_THREAD), work // CHUNK_MIN_WORK))
 
 
 def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: bool, work: int,
-           wait: bool = False) -> float | None:
+           wait: bool = False, chunks_per_thread: int = 0) -> float | None:
     """Run `runner` over `handles` with variable values `vals` (plus `core, cores` when threaded);
-    returns the elapsed seconds when `wait`."""
+    returns the elapsed seconds when `wait`. `chunks_per_thread`: see `chunk_count`."""
     if not threaded:
         return runner(*handles, vals=tuple(vals), wait=wait)  # type: ignore[no-any-return]
     threads = threads_for(work)
@@ -87,7 +88,7 @@ def launch(runner: Any, handles: Sequence[Any], vals: Sequence[int], threaded: b
     if threads == 1:
         runner(*handles, vals=(*vals, 0, 1))
     else:
-        run_chunks(runner, handles, tuple(vals), threads, chunk_count(work, threads))
+        run_chunks(runner, handles, tuple(vals), threads, chunk_count(work, threads, chunks_per_thread))
     return time.perf_counter() - start if wait else None
 
 

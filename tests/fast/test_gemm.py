@@ -122,12 +122,16 @@ def test_bits_do_not_depend_on_threads(device: str) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_overflowing_products_run_unfused(device: str) -> None:
-    """Products that overflow must be infinities in the sum (codegen/fma.py); the guard then runs
-    the unfused GEMM: +inf and -inf products in one output give NaN, like numpy."""
+    """Products that overflow must be infinities in the sum (codegen/fma.py): the tiles holding
+    elements beyond the bound run unfused (codegen/gemm_loops.py), so +inf and -inf products in one
+    output give NaN, like numpy; the other tiles agree with the specified sum within tolerance."""
     a = np.ones((300, 260), np.float32)
     b = np.ones((260, 256), np.float32)
     a[0, 0], a[0, 1], b[0, 0], b[1, 0] = 3e38, -3e38, 4.0, 4.0
-    got = np.asarray(xp.asarray(a, device=device) @ xp.asarray(b, device=device))
+    x, y = xp.asarray(a, device=device), xp.asarray(b, device=device)
+    program = _gemm_program(x @ y)
+    assert program.scratch and not program.bounded_inputs  # type: ignore[attr-defined]  # decided per tile
+    got = np.asarray(x @ y)
     with np.errstate(over="ignore", invalid="ignore"):
         want = (a[:, :, None] * b[None, :, :]).sum(axis=1, dtype=np.float32)
     assert np.isnan(got[0, 0]) and np.isnan(want[0, 0])

@@ -1,0 +1,339 @@
+"""The loops of a GEMM (fast/codegen/gemm.py says which kernels and with which tiles): shares of
+units, column blocks of packed B, groups of rows, micro-panels, the register-tiled micro-kernel and
+the epilogue, written into the general lowering's builder.
+
+Fused multiply-adds are decided per tile inside the kernel. While B is packed, each micro-panel
+gets a flag "every element is below `FMA_BOUNDS` in magnitude" (NaN fails); each block of MR rows of
+A gets one from a vector pass over its rows, once per group. A tile whose two flags hold adds its
+products with FMA; any other tile (a product there might overflow, docs/semantics.md) runs the
+unfused loop, `acc + round(a*b)`. Tiles are fixed by the shape alone (blocks of MR rows of one batch,
+panels of NR columns), never by the thread share, so the choice, like the order, never depends on
+the thread count, and no input needs the engine's scan (`bounded_inputs` stays empty).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fast import config
+from fast.codegen.analyze import KernelInfo, node_dtype
+from fast.codegen.fma import FMA_BOUNDS
+from fast.codegen.gemm import (
+    PACK_A_MIN_K,
+    PACK_A_MIN_PANELS,
+    Env,
+    GemmShape,
+    GemmTiles,
+    LoweringContext,
+    choose_tiles,
+    match,
+)
+from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
+from fast.dtype import DType, dtypes
+from fast.ops import BinaryOps, TernaryOps, UnaryOps
+from fast.renderer.base import RendererOptions
+from fast.shape.symbolic import Node, NumNode, Variable
+
+
+class _Emitter:
+    """Writes the loops of gemm.py's docstring into the context's builder."""
+
+    def __init__(self, ctx: LoweringContext, shape: GemmShape, tiles: GemmTiles, fused: bool) -> None:
+        self.ctx, self.shape, self.tiles, self.fused = ctx, shape, tiles, fused
+        self.b = ctx.builder
+        self.dtype: DType = node_dtype(shape.a)
+        self.m, self.n, self.k = shape.size(shape.rows), shape.sizes[shape.column], shape.sizes[shape.reduce]
+        self.blocks = -(-self.m // tiles.rows)  # blocks of rows per batch
+        self.full_panels, self.all_panels = self.n // tiles.columns, -(-self.n // tiles.columns)
+        self.pack_a = self.k >= PACK_A_MIN_K and self.all_panels >= PACK_A_MIN_PANELS
+        self.arrays: list[BufferInfo] = []
+        self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
+        self.packed_a = self.scratch(self.dtype, self.k * tiles.group_rows) if self.pack_a else None
+        self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None
+        self.rows_ok = self.scratch(dtypes.bool, tiles.group_rows // tiles.rows) if fused else None
+        self.group_start = -1  # IR value: the first block of rows of the current group (packed A's origin)
+        self.column_block: Variable | None = None
+        self.env: Env = {}  # the batch axes, set while emitting
+
+    # -- small IR helpers
+    def scratch(self, dtype: DType, size: int) -> BufferInfo:
+        array = BufferInfo(len(self.ctx.info.buffers) + len(self.arrays), dtype, False, size)
+        self.arrays.append(array)
+        return array
+
+    def const(self, value: int) -> int:
+        return self.b.const(value, INT64)
+
+    def minimum(self, x: int, y: int) -> int:
+        return self.b.alu(TernaryOps.WHERE, (self.b.alu(BinaryOps.CMPLT, (x, y)), x, y))
+
+    def maximum(self, x: int, y: int) -> int:
+        return self.b.alu(BinaryOps.MAX, (x, y))
+
+    def sub(self, x: int, y: int) -> int:
+        return self.b.alu(BinaryOps.SUB, (x, y))
+
+    def loop(self, name: str, start: int, end: int, top: int, kind: LoopKind = LoopKind.GLOBAL) -> Variable:
+        """Open a loop over [start, end) whose counter never exceeds `top`; returns its Variable."""
+        counter = Variable(f"{name}~", 0, max(top, 0))
+        self.ctx.var_refs[counter] = self.b.loop(start, end, kind)
+        return counter
+
+    def render(self, node: Node) -> int:
+        return self.ctx.indexes.render_int(node)
+
+    def split(self, axes: tuple[int, ...], flat: Node) -> Env:
+        """Each of `axes` (outermost first) as a function of the flat row-major index `flat`."""
+        env: Env = {}
+        inner = 1
+        for axis in reversed(axes):
+            size = self.shape.sizes[axis]
+            env[axis] = (flat // inner) % size if axis != axes[0] else flat // inner
+            inner *= size
+        return env
+
+    def rows_env(self, block: Variable, row: int, step: Node | None = None) -> Env:
+        """The index of every axis but N for row `row` of `block` (at reduce step `step`)."""
+        env = {**self.env, **self.split(self.shape.rows, block * self.tiles.rows + row)}
+        return env if step is None else {**env, self.shape.reduce: step}
+
+    # -- bounds of fused products
+    def bounded(self, value: int) -> int:
+        """bool (lane by lane): -bound < value < bound, false for NaN (codegen/fma.py FMA_BOUNDS)."""
+        b, dtype = self.b, self.b.dtype(value)
+        bound = FMA_BOUNDS[self.dtype]
+        below = b.alu(BinaryOps.CMPLT, (value, b.const(bound, dtype)))
+        return b.alu(BinaryOps.MUL, (below, b.alu(BinaryOps.CMPLT, (b.const(-bound, dtype), value))))
+
+    def all_lanes(self, value: int) -> int:
+        """The AND of a bool vector's lanes (a scalar is itself)."""
+        lanes = [self.b.gep(value, lane) for lane in range(self.b.dtype(value).count)]
+        while len(lanes) > 1:
+            lanes = [self.b.alu(BinaryOps.MUL, (lanes[i], lanes[i + 1])) for i in range(0, len(lanes) - 1, 2)] \
+                + lanes[len(lanes) - len(lanes) % 2:]
+        return lanes[0]
+
+    # -- the loops
+    def run(self) -> None:
+        start, end = self.share(self.shape.size(self.shape.batch) * self.blocks)
+        blocks = self.const(self.blocks)
+        first = self.b.index(IndexOps.NONNEG_DIV, start, blocks)
+        last = self.b.index(IndexOps.NONNEG_DIV, self.b.index(IndexOps.ADD, end, self.const(self.blocks - 1)), blocks)
+        batch = self.loop("batch", first, last, self.shape.size(self.shape.batch) - 1)
+        self.env = self.split(self.shape.batch, batch) if self.shape.batch else {}
+        origin = self.render(batch * self.blocks)
+        lo = self.maximum(self.sub(start, origin), self.const(0))  # lo <= hi: the share's blocks of this batch
+        hi = self.minimum(self.sub(end, origin), blocks)
+        column_blocks = -(-self.all_panels // self.tiles.panels)
+        self.column_block = self.loop("jc", self.const(0), self.const(column_blocks), column_blocks - 1)
+        self.pack_columns()
+        self.row_groups(lo, hi)
+        self.b.end_loop()
+        self.b.end_loop()
+
+    def share(self, units: int) -> tuple[int, int]:
+        """[start, end) of this thread's units: `[units*core/cores, units*(core+1)/cores)`."""
+        b = self.b
+        if not self.ctx.parallel:
+            return self.const(0), self.const(units)
+        if self.ctx.thread_vars is None:
+            self.ctx.thread_vars = (b.define_var("core~"), b.define_var("cores~"))
+        core, cores = self.ctx.thread_vars
+        total = self.const(units)
+        start = b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, core), cores)
+        after = b.index(IndexOps.ADD, core, self.const(1))
+        return start, b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, after), cores)
+
+    def panel_range(self, edge: bool) -> tuple[int, int]:
+        """[first, end) of the micro-panels of this column block: the full ones, or the edge one."""
+        block = self.column_block
+        assert block is not None  # noqa: S101 - set by `run` before any panel loop
+        first, end = self.render(block * self.tiles.panels), self.render(block * self.tiles.panels + self.tiles.panels)
+        if edge:
+            return self.maximum(first, self.const(self.full_panels)), self.minimum(end, self.const(self.all_panels))
+        return first, self.minimum(end, self.const(self.full_panels))
+
+    def local_panel(self, panel: Variable) -> Node:
+        return panel - self.column_block * self.tiles.panels  # type: ignore[operator]
+
+    def pack_columns(self) -> None:
+        """Copy B's columns of this block into packed B (micro-panel p, step k at `(p*K + k) * NR`),
+        each micro-panel's bound flag beside (when fused)."""
+        for edge in (False, True) if self.n % self.tiles.columns else (False,):
+            panel = self.loop("pack", *self.panel_range(edge), self.all_panels - 1)
+            ok = self.b.define_acc(True, dtypes.bool.vec(self.tiles.lanes)) if self.fused else None
+            step = self.loop("packk", self.const(0), self.const(self.k), self.k - 1)
+            local = self.local_panel(panel) * self.k + step
+            for vector in range(self.tiles.vectors):
+                column = panel * self.tiles.columns + vector * self.tiles.lanes
+                group = [{**self.env, self.shape.column: column + lane, self.shape.reduce: step}
+                         for lane in range(self.tiles.lanes)]
+                value = self.packed_value(group, edge)
+                self.b.store(self.packed_b.idx, self.render(local * self.tiles.columns + vector * self.tiles.lanes),
+                             value)
+                if ok is not None:
+                    self.b.assign(ok, self.b.alu(BinaryOps.MUL, (ok, self.bounded(value))))
+            self.b.end_loop()
+            if ok is not None and self.panel_ok is not None:
+                self.b.store(self.panel_ok.idx, self.render(self.local_panel(panel)), self.all_lanes(ok))
+            self.b.end_loop()
+
+    def packed_value(self, group: list[Env], edge: bool) -> int:
+        """B's values for a vector of columns; on the edge panel each lane past N reads nothing (0)."""
+        if not edge:
+            return self.ctx.load_leaf(self.shape.b, group)
+        inside = [self.ctx.indexes.render_bool(env[self.shape.column] < self.n) for env in group]
+        return self.b.vectorize([self.ctx.load_leaf(self.shape.b, [env], valid)
+                                 for env, valid in zip(group, inside, strict=True)])
+
+    def row_groups(self, lo: int, hi: int) -> None:
+        """Groups of MC rows of this batch's share: packed A and the rows' bound flags, then the
+        micro-panels, then the blocks of rows (full ones, then the edge block of M % MR rows)."""
+        per_group = self.tiles.group_rows // self.tiles.rows
+        blocks = self.b.alu(BinaryOps.ADD, (self.sub(hi, lo), self.const(per_group - 1)))
+        count = self.b.index(IndexOps.NONNEG_DIV, blocks, self.const(per_group))
+        group = self.loop("ic", self.const(0), count, -(-self.blocks // per_group))
+        self.group_start = self.b.alu(BinaryOps.ADD, (lo, self.render(group * per_group)))
+        group_end = self.minimum(self.b.alu(BinaryOps.ADD, (self.group_start, self.const(per_group))), hi)
+        full_blocks = self.const(self.m // self.tiles.rows)
+        edge = self.m % self.tiles.rows
+        ranges = [(self.group_start, self.minimum(group_end, full_blocks), self.tiles.rows)]
+        ranges += [(self.maximum(self.group_start, full_blocks), group_end, edge)] if edge else []
+        for start, end, rows in ranges:
+            self.prepare_rows(start, end, rows)
+        for edge_columns in (False, True) if self.n % self.tiles.columns else (False,):
+            panel = self.loop("jr", *self.panel_range(edge_columns), self.all_panels - 1)
+            for start, end, rows in ranges:
+                block = self.loop("ir", start, end, self.blocks - 1)
+                self.micro_kernel(panel, block, rows, self.column_vectors(edge_columns))
+                self.b.end_loop()
+            self.b.end_loop()
+        self.b.end_loop()
+
+    def block_slot(self, block: Variable) -> int:
+        """The block's position within its group (IR value)."""
+        return self.sub(self.ctx.var_refs[block], self.group_start)
+
+    def packed_row_index(self, block: Variable, step: Node, row: int) -> int:
+        """Where packed A holds row `row` of `block` at step k: `((block - group start) * K + k) * MR + row`."""
+        within = self.b.index(IndexOps.ADD, self.b.index(IndexOps.MUL, self.block_slot(block), self.const(self.k)),
+                              self.render(step))
+        return self.b.index(IndexOps.ADD, self.b.index(IndexOps.MUL, within, self.const(self.tiles.rows)),
+                            self.const(row))
+
+    def prepare_rows(self, start: int, end: int, rows: int) -> None:
+        """For blocks [start, end) of `rows` rows: their bound flags (when fused) and packed A (when
+        packed: rows of A far apart in memory, a power of two bytes apart at worst, would compete for
+        the same cache sets; packed, the broadcasts are one sequential stream)."""
+        if self.rows_ok is not None:
+            block = self.loop("fa", start, end, self.blocks - 1)
+            self.b.store(self.rows_ok.idx, self.block_slot(block), self.rows_bounded(block, rows))
+            self.b.end_loop()
+        if self.packed_a is not None:
+            block = self.loop("pa", start, end, self.blocks - 1)
+            step = self.loop("pak", self.const(0), self.const(self.k), self.k - 1)
+            for row in range(rows):
+                self.b.store(self.packed_a.idx, self.packed_row_index(block, step, row),
+                             self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, step)]))
+            self.b.end_loop()
+            self.b.end_loop()
+
+    def rows_bounded(self, block: Variable, rows: int) -> int:
+        """Whether every element of the block's rows of A is within the bound: vectors of `lanes`
+        along K, then the K % lanes last ones one by one."""
+        lanes = self.tiles.lanes
+        ok = self.b.define_acc(True, dtypes.bool.vec(lanes))
+        if self.k >= lanes:
+            step = self.loop("fak", self.const(0), self.const(self.k // lanes), self.k // lanes - 1)
+            for row in range(rows):
+                group = [self.rows_env(block, row, step * lanes + lane) for lane in range(lanes)]
+                within = self.bounded(self.ctx.load_leaf(self.shape.a, group))
+                self.b.assign(ok, self.b.alu(BinaryOps.MUL, (ok, within)))
+            self.b.end_loop()
+        result = self.all_lanes(ok)
+        for row in range(rows):
+            for step_in_tail in range(self.k - self.k % lanes, self.k):
+                value = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, NumNode(step_in_tail))])
+                result = self.b.alu(BinaryOps.MUL, (result, self.bounded(value)))
+        return result
+
+    def column_vectors(self, edge: bool) -> list[tuple[int, int]]:
+        """(first column within the micro-panel, width) of each accumulator of a row: `vectors`
+        vectors of `lanes`; on the edge panel only the N % NR columns that exist, in vectors of
+        lanes, lanes/2, lanes/4, then single columns."""
+        if not edge:
+            return [(vector * self.tiles.lanes, self.tiles.lanes) for vector in range(self.tiles.vectors)]
+        remaining, offset, columns = self.n % self.tiles.columns, 0, []
+        for width in (self.tiles.lanes, self.tiles.lanes // 2, self.tiles.lanes // 4, 1):
+            while remaining >= width and (width >= 4 or width == 1):
+                columns.append((offset, width))
+                offset, remaining = offset + width, remaining - width
+        return columns
+
+    def micro_kernel(self, panel: Variable, block: Variable, rows: int, columns: list[tuple[int, int]]) -> None:
+        """`rows` x `columns` accumulators over K (fused where the tile's flags allow), then the
+        epilogue and STOREs of each."""
+        accs = [[self.b.define_acc(0.0, self.vector(width)) for _, width in columns] for _ in range(rows)]
+        if self.panel_ok is not None and self.rows_ok is not None:
+            flags = (self.b.load(self.panel_ok.idx, dtypes.bool, self.render(self.local_panel(panel))),
+                     self.b.load(self.rows_ok.idx, dtypes.bool, self.block_slot(block)))
+            fused = self.b.alu(UnaryOps.CAST, (self.b.alu(BinaryOps.MUL, flags),), INT64)
+            for fuse, (start, end) in ((True, (self.const(0), fused)), (False, (fused, self.const(1)))):
+                self.b.loop(start, end, LoopKind.REDUCE)  # once, or not at all
+                self.products(panel, block, accs, columns, fuse)
+                self.b.end_loop()
+        else:
+            self.products(panel, block, accs, columns, False)
+        for row in range(rows):
+            rows_env = self.rows_env(block, row)
+            for acc, (offset, width) in zip(accs[row], columns, strict=True):
+                column = panel * self.tiles.columns + offset
+                self.epilogue([{**rows_env, self.shape.column: column + lane} for lane in range(width)], acc)
+
+    def vector(self, width: int) -> DType:
+        return self.dtype.vec(width) if width > 1 else self.dtype
+
+    def products(self, panel: Variable, block: Variable, accs: list[list[int]], columns: list[tuple[int, int]],
+                 fuse: bool) -> None:
+        """The K steps of the micro-kernel: the packed columns of B, one broadcast of A per row."""
+        b = self.b
+        step = self.loop("k", self.const(0), self.const(self.k), self.k - 1, LoopKind.REDUCE)
+        base = (self.local_panel(panel) * self.k + step) * self.tiles.columns
+        packed = [b.load(self.packed_b.idx, self.vector(width), self.render(base + offset))
+                  for offset, width in columns]
+        for row, row_accs in enumerate(accs):
+            if self.packed_a is not None:
+                scalar = b.load(self.packed_a.idx, self.dtype, self.packed_row_index(block, step, row))
+            else:
+                scalar = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, step)])
+            for acc, value, (_, width) in zip(row_accs, packed, columns, strict=True):
+                a = b.broadcast(scalar, width)
+                total = b.fma(a, value, acc) if fuse else b.alu(BinaryOps.ADD, (acc, b.alu(BinaryOps.MUL, (a, value))))
+                b.assign(acc, total)
+        b.end_loop()
+
+    def epilogue(self, group: list[Env], acc: int) -> None:
+        """Every STORE of the kernel for these lanes, the reduce's value being the accumulator."""
+        memo: dict[int, int] = {}
+        reduce_values = dict.fromkeys(self.ctx.info.reduce_ids, acc)
+        for store in self.ctx.info.stores:
+            self.ctx.store_value(store, group, self.ctx.lower_node(store.src[0], group, reduce_values, memo))
+
+
+def plan(info: KernelInfo, options: RendererOptions) -> Callable[[Any], tuple[tuple[BufferInfo, ...], int]] | None:
+    """A function that lowers this kernel as a GEMM into a lowering context, returning (scratch
+    arrays, chunks per thread), or None when the kernel is not matmul-shaped (then opt.py plans it).
+    Without batch axes every chunk of a threaded launch packs all of B again, so such a kernel asks
+    for one chunk per thread (`LinearProgram.chunks_per_thread`)."""
+    shape = match(info, options)
+    tiles = choose_tiles(shape, options) if shape is not None else None
+    if shape is None or tiles is None:
+        return None
+    fused = options.fused_multiply_add and not config.get().noopt
+    chunks = 0 if shape.batch else 1
+
+    def lower_into(ctx: Any) -> tuple[tuple[BufferInfo, ...], int]:
+        emitter = _Emitter(ctx, shape, tiles, fused)
+        emitter.run()
+        return tuple(emitter.arrays), chunks
+    return lower_into
