@@ -164,8 +164,8 @@ def first_calls(systems: list[System], log: Callable[[str], None]) -> None:
         if not system.live:
             continue
         gc.collect()
+        inductor = _fresh_inductor_cache() if system.name == "torch.compile" else None
         try:
-            inductor = _fresh_inductor_cache() if system.name == "torch.compile" else None
             system.first_s, system.value = timed(system.call)  # type: ignore[arg-type]
             if "schedule" in system.info:
                 count_schedule(system)
@@ -175,8 +175,7 @@ def first_calls(systems: list[System], log: Callable[[str], None]) -> None:
             else:
                 system.error = error_text(error)
         finally:
-            if system.name == "torch.compile":
-                _restore_inductor_cache(inductor)
+            _restore_inductor_cache(inductor)
         log(f"    {system.name}: first call {'-' if system.first_s is None else f'{system.first_s * 1e3:.0f} ms'}"
             f"{' ' + (system.error or system.skipped or '') if not system.live else ''}")
 

@@ -142,7 +142,8 @@ def fma_line(fma: dict[str, Any] | None) -> str:
     each = "; ".join(f"{name} {v['all_cores_gflops']} ({v['single_thread_gflops']} one thread)" if "lanes" in v
                      else f"{name} {v['error']}" for name, v in fma["variants"].items())
     return (f"FMA peak (C, independent float32 FMA chains on {fma['threads']} threads): {fma['peak_gflops']} GFLOP/s "
-            f"with {fma['best']}, {fma['single_thread_gflops']} one thread; each set: {each}; median")
+            f"with {fma['best']}, {fma['single_thread_gflops']} one thread; each set: {each}; "
+            f"{'median' if 'median' in fma.get('counts', '') else 'best'} of repeats")
 
 
 def by_group(name: str) -> str:
