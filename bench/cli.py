@@ -18,7 +18,8 @@ from typing import Any
 import fast
 from bench import RESULTS_DIR, SCHEMA
 from bench.ceiling import measure_read_ceiling
-from bench.machine import machine_info, measure_bandwidth
+from bench.machine import machine_info, measure_bandwidth, measure_fma_peak
+from bench.minilm import minilm_tables
 from bench.peers import load_peers
 from bench.report import detail_lines, summary_lines, text_table, write_all
 from bench.suite import Plan, failures, run_all
@@ -65,14 +66,14 @@ def fast_info() -> dict[str, Any]:
     return info
 
 
-def build_plan(options: argparse.Namespace, bandwidth_gbs: float) -> tuple[Plan, list[str]]:
+def build_plan(options: argparse.Namespace, bandwidth_gbs: float, fma_gflops: float | None) -> tuple[Plan, list[str]]:
     """The plan from the options, and notes about peers that are not available."""
     peers, notes = load_peers(tuple(name for name in options.peers.split(",") if name.strip()))
     budget = Budget(seconds=options.budget if options.budget is not None else (0.2 if options.quick else 3.0),
                     max_repeats=max(1, options.max_repeats))
     devices = tuple(device.strip() for device in options.devices.split(",") if device.strip())
     plan = Plan(devices=devices, peers=tuple(peers), budget=budget, quick=options.quick, seed=options.seed,
-                bandwidth_gbs=bandwidth_gbs, log=lambda line: print(line, flush=True))
+                bandwidth_gbs=bandwidth_gbs, log=lambda line: print(line, flush=True), fma_gflops=fma_gflops)
     return plan, notes
 
 
@@ -92,7 +93,8 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     notes = [*options.note, *notes]
     bandwidth = measure_bandwidth(options.bandwidth_mib or (32 if options.quick else 256))
     ceiling = measure_read_ceiling((1 << 24) // (64 if options.quick else 1))
-    plan, peer_notes = build_plan(options, bandwidth["bandwidth_gbs"])
+    fma = measure_fma_peak(0.02, 3) if options.quick else measure_fma_peak()
+    plan, peer_notes = build_plan(options, bandwidth["bandwidth_gbs"], fma.get("peak_gflops"))
     notes += peer_notes
     for note in notes:
         print(f"note: {note}", flush=True)
@@ -105,7 +107,7 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     return {"schema": SCHEMA, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python -m bench", *options.argv]), "quick": options.quick,
             "devices": list(plan.devices), "budget": as_dict(plan.budget), "machine": machine_info(),
-            "bandwidth": bandwidth, "read_ceiling": ceiling,
+            "bandwidth": bandwidth, "read_ceiling": ceiling, "fma_peak": fma,
             "fast": {**fast_info(), "compile_cache": "fresh temporary directory"},
             "peers": {ops.name: ops.version for ops in plan.peers}, "notes": notes, "results": rows,
             "peer_results": peer_results, "failures": failures(rows, peer_results),
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("\n".join(summary_lines(result)))
     print(text_table(result))
+    print("\n".join(minilm_tables(result)))
     print("\n".join(line for line in detail_lines(result) if not line.startswith("FAILED")))
     print(f"wrote {options.out_dir / options.out_prefix}.{{json,md,png}} in {result['wall_s']} s")
     for line in result["failures"]:

@@ -85,6 +85,28 @@ def matmul(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:
     return left.e(BinaryOps.MUL, right).r(ReduceOps.SUM, (2,)).reshape((m, n))
 
 
+def matrix_transpose(x: LazyBuffer) -> LazyBuffer:
+    """x with its last two axes swapped (a view): `W.T` of a linear layer's weight, `k.mT` of attention."""
+    order = tuple(range(len(x.shape)))
+    return x.permute((*order[:-2], order[-1], order[-2]))
+
+
+def batched_matmul(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:
+    """a (..., M, K) @ b (..., K, N) with equal leading axes, as expand-multiply-sum over K: a as
+    (..., M, 1, K), b transposed as (..., 1, N, K)."""
+    *batch, m, k = dims(a)
+    n = dims(b)[-1]
+    full = (*batch, m, n, k)
+    left = a.reshape((*batch, m, 1, k)).expand(full)
+    right = matrix_transpose(b).reshape((*batch, 1, n, k)).expand(full)
+    return left.e(BinaryOps.MUL, right).r(ReduceOps.SUM, (len(full) - 1,)).reshape((*batch, m, n))
+
+
+def matmul_bt(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:
+    """a @ b.T, b stored (..., N, K) as PyTorch stores a linear layer's weight (and attention's k)."""
+    return batched_matmul(a, matrix_transpose(b))
+
+
 def sliding_windows(x: LazyBuffer, k: int) -> LazyBuffer:
     """Windows of size k (stride 1) over the last two axes of (N, C, H, W) -> (N, C, H-k+1, W-k+1, k, k).
 

@@ -51,6 +51,10 @@ class ArrayOps:
     def matmul(self, a: Any, b: Any) -> Any:
         return a @ b
 
+    def mT(self, x: Any) -> Any:  # noqa: N802  (the Array API's name)
+        """x with its last two axes swapped, a view (BLAS reads it transposed, nothing is copied)."""
+        return np.swapaxes(x, -1, -2)
+
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         """im2col (a strided view, no copy until tensordot) + tensordot (BLAS)."""
         p = padding
@@ -95,6 +99,9 @@ class TorchOps(ArrayOps):
     def matmul(self, a: Any, b: Any) -> Any:
         return self.torch.matmul(a, b)
 
+    def mT(self, x: Any) -> Any:  # noqa: N802
+        return x.transpose(-2, -1)
+
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         return self.torch.nn.functional.conv2d(x, weight, padding=padding)
 
@@ -132,6 +139,9 @@ class JaxOps(ArrayOps):
 
     def matmul(self, a: Any, b: Any) -> Any:
         return self.jnp.matmul(a, b)
+
+    def mT(self, x: Any) -> Any:  # noqa: N802
+        return self.jnp.swapaxes(x, -1, -2)
 
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         pads = [(padding, padding), (padding, padding)]

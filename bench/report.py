@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.ceiling import reachable_ratio
+from bench.minilm import minilm_tables
 
 READ_WORKLOADS = ("sum", "row_sum", "col_sum")  # each reads 16M float32 once, like the ceiling
 
 BASE_COLUMNS = ("workload", "device", "median ms", "min", "max", "numpy ms", "ratio")
-TAIL_COLUMNS = ("kernels", "compile s", "GB/s", "% bw", "GFLOP/s", "check")
+TAIL_COLUMNS = ("kernels", "compile s", "GB/s", "% bw", "GFLOP/s", "% fma", "check")
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -52,13 +53,14 @@ def _compile_cell(row: dict[str, Any]) -> str:
 
 def cells(row: dict[str, Any], peers: list[str]) -> list[str]:
     """One table row as strings, in `columns` order."""
-    bw = row.get("bw_fraction")
+    bw, fma = row.get("bw_fraction"), row.get("fma_fraction")
     ratios = [fmt(row.get("peer_ratios", {}).get(name)) for name in peers if name != "numpy"]
     kernels = row.get("kernels")
     return [row["workload"], row["device"], fmt(row.get("median_ms")), fmt(row.get("min_ms")),
             fmt(row.get("max_ms")), fmt(row.get("numpy_ms")), fmt(row.get("ratio_numpy")), *ratios,
             "-" if kernels is None else str(kernels), _compile_cell(row), fmt(row.get("gbs")),
-            fmt(None if bw is None else 100 * bw, 2), fmt(row.get("gflops")), check_text(row)]
+            fmt(None if bw is None else 100 * bw, 2), fmt(row.get("gflops")),
+            fmt(None if fma is None else 100 * fma, 2), check_text(row)]
 
 
 def table_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -85,6 +87,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              f"bandwidth: {bandwidth['single_thread_gbs']} GB/s one thread, {bandwidth['all_cores_gbs']} GB/s "
              f"{bandwidth['threads']} threads (copy of {bandwidth['array_mib']} MiB; read + write)",
              ceiling_line(result.get("read_ceiling")),
+             fma_line(result.get("fma_peak")),
              f"fast: {result['fast']['file']} (git {result['fast'].get('git') or '?'})"]
     lines += [f"note: {note}" for note in result.get("notes", [])]
     return lines
@@ -116,6 +119,8 @@ def detail_lines(result: dict[str, Any]) -> list[str]:
             lines.append(safetensors_line(row))
         if row["workload"] in READ_WORKLOADS and "median_ms" in row and "all_cores_ms" in ceiling:
             lines.append(reduction_line(row, ceiling))
+        if by_group(row["workload"]) == "matmul" and "gflops" in row and row.get("gflops"):
+            lines.append(matmul_line(row, result))
     lines += [f"{row['workload']} on {row['device']}: {row['skipped']}" for row in result["results"]
               if row.get("skipped")]
     return lines + [f"FAILED: {line}" for line in result.get("failures", [])]
@@ -128,6 +133,37 @@ def ceiling_line(ceiling: dict[str, Any] | None) -> str:
     return (f"read ceiling (hand-written C sum of {ceiling['elements']:,} float32): {ceiling['single_thread_gbs']} "
             f"GB/s one thread ({ceiling['single_thread_ms']} ms), {ceiling['all_cores_gbs']} GB/s "
             f"{ceiling['threads']} threads ({ceiling['all_cores_ms']} ms); bytes read, median")
+
+
+def fma_line(fma: dict[str, Any] | None) -> str:
+    """The FMA peak (bench/machine.py), or why it is missing."""
+    if not fma or "peak_gflops" not in fma:
+        return f"FMA peak: not measured ({(fma or {}).get('error', 'absent from this result')})"
+    each = "; ".join(f"{name} {v['all_cores_gflops']} ({v['single_thread_gflops']} one thread)" if "lanes" in v
+                     else f"{name} {v['error']}" for name, v in fma["variants"].items())
+    return (f"FMA peak (C, independent float32 FMA chains on {fma['threads']} threads): {fma['peak_gflops']} GFLOP/s "
+            f"with {fma['best']}, {fma['single_thread_gflops']} one thread; each set: {each}; "
+            f"{'median' if 'median' in fma.get('counts', '') else 'best'} of repeats")
+
+
+def by_group(name: str) -> str:
+    """The group of a workload name ("" when unknown, e.g. in an older result)."""
+    from bench.workloads import WORKLOADS
+    return next((workload.group for workload in WORKLOADS if workload.name == name), "")
+
+
+def matmul_line(row: dict[str, Any], result: dict[str, Any]) -> str:
+    """A matmul row's GFLOP/s and % of the FMA peak, beside numpy's and the other peers' in the same run."""
+    peak = (result.get("fma_peak") or {}).get("peak_gflops")
+
+    def rate(ms: float | None) -> str:
+        if not ms or not row.get("flops"):
+            return "-"
+        gflops = row["flops"] / ms / 1e6
+        return f"{fmt(gflops)} GFLOP/s" + (f" ({fmt(100 * gflops / peak)}% of peak)" if peak else "")
+    peers = result.get("peer_results", {}).get(row["workload"], {})
+    others = "; ".join(f"{name} {rate(summary.get('median_ms'))}" for name, summary in peers.items())
+    return f"{row['workload']} on {row['device']}: fast {rate(row['median_ms'])}; {others}"
 
 
 def reduction_line(row: dict[str, Any], ceiling: dict[str, Any]) -> str:
@@ -179,7 +215,9 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     lines += ["", "ratio = numpy time / fast time (higher is better); compile s = cold run minus median warm "
               "run, 0 when noise makes it negative (compiles in brackets); GB/s counts inputs read once + output "
-              "written once; % bw is GB/s over the measured copy bandwidth; times include graph build + schedule."]
+              "written once; % bw is GB/s over the measured copy bandwidth; % fma is GFLOP/s over the measured "
+              "FMA peak; times include graph build + schedule."]
+    lines += minilm_tables(result)
     lines += [""] + [f"- {line}" for line in detail_lines(result)]
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ import numpy as np
 from bench.const_realizes import REALIZES, REALIZES_QUICK, run_const_realizes
 from bench.contention import run_contention
 from bench.graph_build import run_graph_build
+from bench.minilm import run_minilm
 from bench.mpi_sharded import run_mpi_sharded
 from bench.mpi_sharded import unavailable as mpi_unavailable
 from bench.peers import ArrayOps
@@ -29,7 +30,7 @@ from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload, seeded_inp
 
 @dataclass(frozen=True)
 class Plan:
-    """What to run: devices, peers, budget, sizes, seed, and the measured bandwidth."""
+    """What to run: devices, peers, budget, sizes, seed, the measured bandwidth and FMA peak."""
 
     devices: tuple[str, ...]
     peers: tuple[ArrayOps, ...]
@@ -38,6 +39,7 @@ class Plan:
     seed: int
     bandwidth_gbs: float
     log: Callable[[str], None] = print
+    fma_gflops: float | None = None
 
 
 def make_arrays(workload: Workload, plan: Plan) -> list[np.ndarray]:
@@ -102,6 +104,8 @@ def compute_row(workload: Workload, device: str, arrays: list[np.ndarray], refer
         return row
     row.update(peer_fields(row["median_ms"], peers))
     row.update(throughput(workload, arrays, tuple(row["out_shape"]), row["median_ms"] / 1e3, plan.bandwidth_gbs))
+    if row.get("gflops") and plan.fma_gflops:
+        row["fma_fraction"] = row["gflops"] / plan.fma_gflops
     return row
 
 
@@ -167,6 +171,8 @@ def run_workload(workload: Workload, plan: Plan) -> tuple[list[dict[str, Any]], 
         return safetensors_rows(workload, plan), {}
     if workload.kind == "contention":
         return contention_rows(workload, plan), {}
+    if workload.kind == "minilm":
+        return run_minilm(workload, plan)
     arrays = make_arrays(workload, plan)
     peers, reference = run_peers(workload, arrays, plan)
     rows = []

