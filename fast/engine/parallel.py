@@ -146,6 +146,7 @@ def _pool(size: int) -> ThreadPoolExecutor:
     with _POOL_LOCK:
         if _POOL is None or _POOL_SIZE < size:
             _POOL_SIZE = max(size, _MIN_POOL)
+            cpu.ensure_kernel_stacks()  # lanes run kernels on these threads
             _POOL = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="fast-lane")
         return _POOL
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import resource
+import threading
 
 from fast import config
 from fast.renderer.base import RendererOptions, cpu_options
@@ -98,6 +100,24 @@ def core_cache_bytes() -> int:
     except (OSError, ValueError):
         return 512 << 10
     return best or 512 << 10
+
+
+#: Stack a thread that runs kernels needs: a GEMM keeps its packed panels on the stack (codegen/gemm.py
+#: SCRATCH_BYTES plus half the core's cache for packed A), a few MiB.
+KERNEL_STACK_BYTES = 8 << 20
+
+
+def ensure_kernel_stacks() -> None:
+    """Make threads created from now on get at least `KERNEL_STACK_BYTES` of stack (called before
+    fast creates its worker and pool threads). Changes nothing where the platform default already
+    gives that much (Linux: the stack rlimit, 8 MiB by default)."""
+    current = threading.stack_size()
+    if current == 0:
+        soft, _ = resource.getrlimit(resource.RLIMIT_STACK)
+        if soft == resource.RLIM_INFINITY or soft >= KERNEL_STACK_BYTES:
+            return
+    if current < KERNEL_STACK_BYTES:
+        threading.stack_size(KERNEL_STACK_BYTES)
 
 
 def renderer_options() -> RendererOptions:

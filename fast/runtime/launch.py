@@ -44,6 +44,7 @@ def _pool(size: int) -> ThreadPoolExecutor:
     global _POOL, _POOL_SIZE
     with _POOL_LOCK:
         if _POOL is None or _POOL_SIZE < size:
+            cpu.ensure_kernel_stacks()
             _POOL = ThreadPoolExecutor(max_workers=size, thread_name_prefix="fast-kernel")
             _POOL_SIZE = size
         return _POOL

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fast.runtime import cpu
 from fast.runtime.native_loops import (
     ARGS,
     BATCHES,
@@ -92,6 +93,7 @@ class _Worker:
         self.error: BaseException | None = None  # an error that escaped a Python job (jobs record their own)
         self.asleep = False  # read by posters to skip ringing the doorbell of a polling worker
         self.doorbell = threading.Event()
+        cpu.ensure_kernel_stacks()
         threading.Thread(target=self._loop, name="fast-share", daemon=True).start()
 
     def idle(self) -> bool:
