@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import fast as _fast
-from fast.xp._jit import array_jit
+from fast.xp._jit import array_jit as _array_jit
 from fast.xp._namespace import API_VERSION, namespace_for
 
 __array_api_version__ = API_VERSION
@@ -25,7 +25,7 @@ namespace_for(_fast, sys.modules[__name__])
 def jit(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Extension: `fn` (Arrays in, an Array or a tuple/list of Arrays out) captured with `fast.jit`: the
     first call per signature traces, later calls replay its kernels on the new arrays (docs/api.md)."""
-    return array_jit(fn, _fast.jit, sys.modules[__name__].asarray)
+    return _array_jit(fn, _fast.jit, sys.modules[__name__].asarray)
 
 
 def reference_namespace() -> object:
