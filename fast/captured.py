@@ -20,11 +20,13 @@ unhashable argument (TypeError), a MultiLazyBuffer argument or result (TypeError
 computed from the inputs while tracing (`to_numpy`, `bool()` ...: capture.TraceError), an assign
 inside the function (TraceError; into an input: mutating a captured input). Shapes are concrete: a
 symbolic (Variable) shape in an argument is a TypeError, so each sequence length is its own trace;
-pad to a few lengths (with a mask) to bound the number of traces.
+pad to a few lengths (with a mask) to bound the number of traces. Calls of one captured function
+run one at a time (a lock): the replays of a plan share its intermediate buffers.
 """
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -50,6 +52,7 @@ class Captured:
         self.plans: dict[Hashable, tuple[capture.Plan, Any]] = {}
         self.arity: tuple[int, tuple[str, ...]] | None = None
         self.traces = 0
+        self.lock = threading.Lock()  # one call at a time: the calls of a plan share its intermediates
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -64,12 +67,13 @@ class Captured:
         values = [*args, *(kwargs[name] for name in names)]
         arrays = _realized_arrays(self.name, values)
         key = _signature(self.name, values, arrays)
-        found = self.plans.get(key)
-        if found is not None and found[0].current():
+        with self.lock:
+            found = self.plans.get(key)
+            if found is None or not found[0].current():
+                return self._trace(key, args, kwargs, arrays)
             plan, structure = found
             buffers = plan.run([arrays[k] for k in sorted(arrays)])
-            return _pack(structure, [_wrap(buffer, out) for buffer, out in zip(buffers, plan.outputs, strict=True)])
-        return self._trace(key, args, kwargs, arrays)
+        return _pack(structure, [_wrap(buffer, out) for buffer, out in zip(buffers, plan.outputs, strict=True)])
 
     def _trace(self, key: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: dict[int, Buffer]) -> Any:
         recorder = capture.Recorder(self.name, [arrays[k] for k in sorted(arrays)])
@@ -78,7 +82,10 @@ class Captured:
                 result = self.fn(*args, **kwargs)
                 structure, outs = _unpack(self.name, result)
                 realize(*outs)
-            plan = capture.build_plan(recorder, outs)
+                held = [out if out.base.realized is not None else out.contiguous() for out in outs]
+                if any(out is not held_out for out, held_out in zip(outs, held, strict=True)):
+                    realize(*held)  # a constant result is realized by no item: replays return a copy of it
+            plan = capture.build_plan(recorder, held)
         finally:
             recorder.release()
         self.traces += 1

@@ -192,3 +192,41 @@ def test_argument_errors() -> None:
         xp.jit(lambda x: None)(xp.asarray(f32(2)))
     with pytest.raises(TypeError, match="expected a callable"):
         fast.jit(3)  # type: ignore[arg-type]
+
+
+def test_constant_view_and_weight_results_and_no_arguments() -> None:
+    w = from_numpy(f32(4, 4), "CLANG")
+
+    def several(x: fast.LazyBuffer) -> tuple[fast.LazyBuffer, ...]:
+        y = x.e(BinaryOps.ADD, w)
+        return (x.const(3.0), y.shrink(((1, 3), (0, 4))), x.shrink(((0, 2), (0, 4))).contiguous(),
+                w.e(BinaryOps.MUL, w), x.shrink(((1, 3), (0, 4))))
+
+    captured = fast.jit(several)
+    for _ in range(3):
+        data = f32(4, 4)
+        for got, want in zip(captured(from_numpy(data, "CLANG")), several(from_numpy(data, "CLANG")), strict=True):
+            assert same_bits(to_numpy(got), to_numpy(want))
+    assert captured.traces == 1
+    constant = fast.jit(lambda: w.e(BinaryOps.ADD, w).r(ReduceOps.SUM, (0,)))
+    first, second = constant(), constant()
+    assert first.realized is not second.realized and same_bits(to_numpy(first), to_numpy(second))
+
+
+def test_transformer_with_weights_on_disk(tmp_path: Path) -> None:
+    """Weights read from a safetensors file: the DISK copies run once, in the trace (hoisted)."""
+    config = transformer.Config(hidden=32, heads=4, layers=2)
+    path = str(tmp_path / "weights.safetensors")
+    host = transformer.random_weights(config, 30, 12, seed=5)
+    fast.safe_save(path, {name: from_numpy(value, "CLANG") for name, value in host.items()})
+    weights = transformer.load(path, xp, "CLANG")
+    encoder = transformer.make_encoder(weights, config)
+    for _ in range(3):
+        ids = RNG.integers(0, 30, (1, 7)).astype(np.int32)
+        mask = np.ones((1, 7), np.int32)
+        mask[0, 5:] = 0
+        got = np.asarray(encoder(xp.asarray(ids), xp.asarray(mask)))
+        assert same_bits(got, np.asarray(transformer.encode(weights, xp.asarray(ids), xp.asarray(mask), config)))
+        np.testing.assert_allclose(got, transformer.encode(host, ids, mask, config), atol=1e-4)  # numpy's order
+    (plan, _), = encoder.captured.plans.values()  # type: ignore[attr-defined]
+    assert not any(step.op is fast.LoadOps.COPY for step in plan.steps)
