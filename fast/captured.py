@@ -18,9 +18,12 @@ number of positional arguments or other keyword names than the first call (TypeE
 inside a container argument (TypeError: pass arrays as top-level arguments, or close over them), an
 unhashable argument (TypeError), a MultiLazyBuffer argument or result (TypeError), reading a value
 computed from the inputs while tracing (`to_numpy`, `bool()` ...: capture.TraceError), an assign
-inside the function (TraceError; into an input: mutating a captured input). Shapes are concrete: a
-symbolic (Variable) shape in an argument is a TypeError, so each sequence length is its own trace;
-pad to a few lengths (with a mask) to bound the number of traces. Calls of one captured function
+inside the function (TraceError; into an input: mutating a captured input). Sequence lengths: a
+Variable bound in an argument's view (`x.shrink(((0, n.bind(12)), (0, d)))`) is not part of the key
+(bound Variables compare equal whatever their value): one trace serves every value, the kernels
+take the call's value as a parameter and the results carry it. (A plan that replays a CUSTOM call
+keeps the trace's shapes, so it is keyed by the values too.) Concrete shapes are each a trace.
+Calls of one captured function
 run one at a time (a lock): the replays of a plan share its intermediate buffers.
 """
 from __future__ import annotations
@@ -37,6 +40,9 @@ from fast.graph.keys import tracker
 from fast.graph.multi import MultiLazyBuffer
 from fast.graph.node import LazyBuffer, view_of
 from fast.ops import LoadOps
+from fast.shape.shapetracker import ShapeTracker
+from fast.shape.symbolic import Node, Variable, as_sint
+from fast.shape.view import View
 
 MAX_TRACES = 64  # signatures kept per captured function; the oldest trace is dropped past it
 
@@ -66,17 +72,21 @@ class Captured:
                             f"{list(self.arity[1])}, called with {len(args)} and {list(names)}")
         values = [*args, *(kwargs[name] for name in names)]
         arrays = _realized_arrays(self.name, values)
-        key = _signature(self.name, values, arrays)
+        key, bound = _signature(self.name, values, arrays), _bound(self.name, values)
         with self.lock:
             found = self.plans.get(key)
+            if found is None and bound:
+                found = self.plans.get((key, _values_key(bound)))
             if found is None or not found[0].current():
-                return self._trace(key, args, kwargs, arrays)
+                return self._trace(key, args, kwargs, arrays, bound)
             plan, structure = found
-            buffers = plan.run([arrays[k] for k in sorted(arrays)])
-        return _pack(structure, [_wrap(buffer, out) for buffer, out in zip(buffers, plan.outputs, strict=True)])
+            buffers = plan.run([arrays[k] for k in sorted(arrays)], bound)
+        return _pack(structure, [_wrap(buffer, out, bound) for buffer, out
+                                 in zip(buffers, plan.outputs, strict=True)])
 
-    def _trace(self, key: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: dict[int, Buffer]) -> Any:
-        recorder = capture.Recorder(self.name, [arrays[k] for k in sorted(arrays)])
+    def _trace(self, key: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: dict[int, Buffer],
+               bound: dict[Variable, int]) -> Any:
+        recorder = capture.Recorder(self.name, [arrays[k] for k in sorted(arrays)], bound)
         try:
             with recorder:
                 result = self.fn(*args, **kwargs)
@@ -89,6 +99,8 @@ class Captured:
         finally:
             recorder.release()
         self.traces += 1
+        if plan.per_length and bound:
+            key = (key, _values_key(bound))
         self.plans.pop(key, None)
         if len(self.plans) >= MAX_TRACES:
             self.plans.pop(next(iter(self.plans)))
@@ -108,9 +120,6 @@ def _realized_arrays(name: str, values: list[Any]) -> dict[int, Buffer]:
         if isinstance(value, MultiLazyBuffer):
             raise TypeError(f"jit({name}): argument {number} is a MultiLazyBuffer; sharded arrays are not captured")
         if isinstance(value, LazyBuffer):
-            if value.st.symbolic:
-                raise TypeError(f"jit({name}): argument {number} has the symbolic shape {value.shape}; captured "
-                                "functions take concrete shapes (one trace per shape)")
             if value.base.realized is None:
                 pending.append(value)
         elif isinstance(value, (tuple, list, dict)):
@@ -125,6 +134,42 @@ def _realized_arrays(name: str, values: list[Any]) -> dict[int, Buffer]:
                 raise RuntimeError(f"jit({name}): argument {number} ({value!r}) did not realize")
             arrays[number] = buffer
     return arrays
+
+
+def _bound(name: str, values: list[Any]) -> dict[Variable, int]:
+    """The bound Variables of the array arguments' views and their values (one value per Variable)."""
+    bound: dict[Variable, int] = {}
+    for number, value in enumerate(values):
+        if isinstance(value, LazyBuffer) and value.st.symbolic:
+            for variable, val in value.st.var_vals.items():
+                if bound.setdefault(variable, val) != val:
+                    raise ValueError(f"jit({name}): argument {number} binds {variable.expr} to {val}, an earlier "
+                                     f"argument to {bound[variable]}")
+    return bound
+
+
+def _values_key(bound: dict[Variable, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted((variable.expr, val) for variable, val in bound.items()))
+
+
+def _rebind(size: Any, bound: dict[Variable, int]) -> Any:
+    """A symbolic size with each of its Variables bound to its value in `bound` (others unchanged)."""
+    if not isinstance(size, Node):
+        return size
+    mapping: dict[Variable, Node | int] = {variable: Variable(variable.expr, variable.min, variable.max, val=val)
+                                           for variable, val in bound.items()}
+    return as_sint(size.substitute(mapping))
+
+
+def _rebind_tracker(st: ShapeTracker, bound: dict[Variable, int]) -> ShapeTracker:
+    if not bound or not st.symbolic:
+        return st
+    views = tuple(View.create(tuple(_rebind(size, bound) for size in view.shape),
+                              tuple(_rebind(stride, bound) for stride in view.strides), _rebind(view.offset, bound),
+                              None if view.mask is None else
+                              tuple((_rebind(b, bound), _rebind(e, bound)) for b, e in view.mask))
+                  for view in st.views)
+    return ShapeTracker(views)
 
 
 def _refuse_nested(name: str, number: int, value: Any) -> None:
@@ -172,10 +217,12 @@ def _pack(structure: Any, outs: list[LazyBuffer]) -> Any:
     return outs[0] if structure is None else structure(outs)
 
 
-def _wrap(buffer: Buffer, output: tuple[int, Any, Any, str, Any]) -> LazyBuffer:
+def _wrap(buffer: Buffer, output: tuple[int, Any, Any, str, Any], bound: dict[Variable, int]) -> LazyBuffer:
     """A realized LazyBuffer over `buffer` (a base of the recorded base shape), read through the
-    recorded view."""
+    recorded view, with the call's values of the bound Variables."""
     _, shape, dtype, device, st = output
+    if bound:
+        shape, st = tuple(_rebind(size, bound) for size in shape), _rebind_tracker(st, bound)
     base = LazyBuffer(device, tracker(shape), dtype, LoadOps.EMPTY)
     base._buffer = buffer
     buffer.ref(1)

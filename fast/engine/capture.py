@@ -21,6 +21,11 @@ output is a constant of the plan. Replay runs the replayed items in recorded ord
 through the FMA guard (runnable) and `launch`, copies, CUSTOM host functions (the same
 function object, on the new buffers), EMPTY and VIEW items.
 
+Bound Variables: the arguments' bound Variables (`Recorder.bound`) are per-call values. Items that
+use one are replayed (never hoisted), and kernels take their values per call (`Step.parameters`);
+Buffers are sized for the Variables' maxima, as the scheduler sizes them. A replayed CUSTOM call
+keeps the trace's shapes, so such a plan is `per_length` (fast/captured.py keys it by the values).
+
 Invariants: a plan reads its fixed Buffers only while their versions are those seen at the trace
 (`Plan.current`; an assign into a captured weight forces a new trace); a replay allocates nothing
 but its outputs; the items and kernels replayed are the ones the trace ran, so results are
@@ -29,7 +34,7 @@ bit-identical to the uncaptured function for the same inputs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +46,7 @@ from fast.engine.realize import RECORDING, SCHEDULE_OBSERVERS, get_kernel, runna
 from fast.engine.schedule import ScheduleItem
 from fast.graph.node import LazyBuffer
 from fast.ops import KernelOps, LoadOps
+from fast.shape.symbolic import Variable
 
 
 class TraceError(RuntimeError):
@@ -59,9 +65,10 @@ class Recorder:
     """The items run while a function is traced, and which memory holds traced values (by root id).
     Use as a context manager; `inputs[k]` is argument k's realized Buffer."""
 
-    def __init__(self, name: str, inputs: Sequence[Buffer]) -> None:
+    def __init__(self, name: str, inputs: Sequence[Buffer], bound: Mapping[Variable, int] | None = None) -> None:
         self.name = name
         self.inputs = list(inputs)
+        self.bound = dict(bound or {})  # the arguments' bound Variables and their values at the trace
         self.items: list[ScheduleItem] = []
         self.held: dict[int, Buffer] = {}  # id -> Buffer holding one ref of ours
         self.traced: set[int] = {id(buffer.base) for buffer in inputs}
@@ -101,7 +108,7 @@ class Recorder:
                 buffer.ref(1)
                 self.held[id(buffer)] = buffer
         self.items.append(item)
-        if any(id(buffer.base) in self.traced for buffer in item.inputs):
+        if any(id(buffer.base) in self.traced for buffer in item.inputs) or any(v in self.bound for v in item.var_vals):
             self.traced.update(id(buffer.base) for buffer in item.outputs)
 
     def check_read(self, lb: Any) -> None:
@@ -155,13 +162,24 @@ Dynamic = tuple[Any, ...]
 @dataclass
 class Step:
     """One replayed item: its op, AST, table positions of its buffers and, for a kernel, the kernel
-    (realize.CompiledKernel) and its parameter values (shape variables, then constants)."""
+    (realize.CompiledKernel) and its parameter values (shape variables, then constants). `variables`:
+    the kernel's shape variables that the arguments bind (their values are taken per call), with
+    `values` holding the trace's values for them."""
 
     op: Any
     ast: Any
     positions: tuple[int, ...]
     kernel: Any = None
     values: tuple[int, ...] = ()
+    variables: tuple[Variable, ...] = ()
+
+    def parameters(self, bound: Mapping[Variable, int]) -> tuple[int, ...]:
+        """The kernel's parameter values for a call whose arguments bind `bound`."""
+        if not self.variables:
+            return self.values
+        count = len(self.variables)
+        return tuple(bound.get(variable, value) for variable, value
+                     in zip(self.variables, self.values[:count], strict=True)) + self.values[count:]
 
 
 class Plan:
@@ -174,6 +192,9 @@ class Plan:
         self.table, self.dynamic, self.steps, self.roots = table, dynamic, steps, roots
         self.outputs, self.versions = outputs, versions
         self._held = [buffer for buffer in table if buffer is not None]
+        # a replayed CUSTOM call's shapes are those of the trace: a plan with one replays only the
+        # values of the bound Variables it was traced with
+        self.per_length = any(step.op is LoadOps.CUSTOM for step in steps)
         for buffer in self._held:
             buffer.ref(1)
 
@@ -185,14 +206,15 @@ class Plan:
         """Whether no fixed Buffer was assigned into since the trace."""
         return all(buffer.version == version for buffer, version in self.versions)
 
-    def run(self, inputs: Sequence[Buffer]) -> list[Buffer]:
-        """Replay on the inputs' Buffers (realized, laid out as at the trace); the outputs' Buffers."""
+    def run(self, inputs: Sequence[Buffer], bound: Mapping[Variable, int]) -> list[Buffer]:
+        """Replay on the inputs' Buffers (realized, laid out as at the trace) with the arguments'
+        bound Variables' values `bound`; the outputs' Buffers."""
         table = self.table.copy()
         for position, spec in self.dynamic:
             table[position] = self._make(spec, inputs, table)
         for step in self.steps:
             bufs = [table[position] for position in step.positions]
-            _run_step(step, bufs)  # type: ignore[arg-type]
+            _run_step(step, bufs, bound)  # type: ignore[arg-type]
         return [table[position] for position, *_ in self.outputs]  # type: ignore[misc]
 
     def _make(self, spec: Dynamic, inputs: Sequence[Buffer], table: list[Buffer | None]) -> Buffer:
@@ -209,14 +231,14 @@ class Plan:
         return Buffer(root.device, spec[2], spec[3], base=root, offset=spec[4])
 
 
-def _run_step(step: Step, bufs: list[Buffer]) -> None:
+def _run_step(step: Step, bufs: list[Buffer], bound: Mapping[Variable, int]) -> None:
     """Run one replayed item on `bufs` (outputs first), as run_schedule would."""
     op = step.op
     if op is KernelOps.SINK:
         for buffer in bufs[len(step.ast.src):]:
             if not buffer.is_allocated():
                 buffer.allocate()  # a view of memory an earlier step filled
-        replay_lanes.run_kernel(step.kernel, step.values, step.ast, bufs, runnable)
+        replay_lanes.run_kernel(step.kernel, step.parameters(bound), step.ast, bufs, runnable)
     elif op is LoadOps.COPY:
         run_copy(ScheduleItem(step.ast, tuple(bufs)))
     elif op is LoadOps.CUSTOM:
@@ -248,19 +270,22 @@ def build_plan(recorder: Recorder, outs: Sequence[LazyBuffer]) -> Plan:
     out_roots = {id(buffer.base): buffer.base for buffer in stored
                  if id(buffer.base) in written and id(buffer.base) not in in_roots}
     layout = _Layout(inputs, in_roots, out_roots)
-    steps = [_step(item, layout) for item in _replayed(items, set(in_roots), out_roots)]
+    steps = [_step(item, layout, recorder.bound) for item in _replayed(items, set(in_roots), out_roots, recorder.bound)]
     outputs = [(layout.position(buffer), lb.base.shape, lb.dtype, lb.device, lb.st) for lb, buffer
                in zip(outs, stored, strict=True)]
     versions = [(buffer, buffer.version) for buffer in layout.table if buffer is not None]
     return Plan(layout.table, layout.dynamic, steps, layout.roots, outputs, versions)
 
 
-def _replayed(items: Sequence[ScheduleItem], traced: set[int], out_roots: dict[int, Buffer]) -> list[ScheduleItem]:
-    """The items a call must run again: those reading traced memory (which then holds traced values
-    too) and those writing an output's memory; the others are hoisted (ran once, in the trace)."""
+def _replayed(items: Sequence[ScheduleItem], traced: set[int], out_roots: dict[int, Buffer],
+              bound: Mapping[Variable, int]) -> list[ScheduleItem]:
+    """The items a call must run again: those reading traced memory or using a Variable the
+    arguments bind (their outputs then hold traced values too) and those writing an output's
+    memory; the others are hoisted (ran once, in the trace)."""
     replayed = []
     for item in items:
-        reads_traced = any(id(buffer.base) in traced for buffer in item.inputs)
+        reads_traced = any(id(buffer.base) in traced for buffer in item.inputs) \
+            or any(variable in bound for variable in item.var_vals)
         if reads_traced or any(id(buffer.base) in out_roots for buffer in item.outputs):
             replayed.append(item)
         if reads_traced:
@@ -268,16 +293,18 @@ def _replayed(items: Sequence[ScheduleItem], traced: set[int], out_roots: dict[i
     return replayed
 
 
-def _step(item: ScheduleItem, layout: _Layout) -> Step:
+def _step(item: ScheduleItem, layout: _Layout, bound: Mapping[Variable, int]) -> Step:
     positions = tuple(layout.position(buffer) for buffer in item.bufs)
     if item.ast.op is not KernelOps.SINK:
         return Step(item.ast.op, item.ast, positions)
     kernel, constants = get_kernel(item.bufs[0].device, item.ast)
+    variables = tuple(kernel.program.variables)
     try:
-        values = tuple(item.var_vals[variable] for variable in kernel.program.variables) + constants
+        values = tuple(item.var_vals[variable] for variable in variables) + constants
     except KeyError as error:
         raise TraceError(f"jit: no value for symbolic variable {error} of {kernel.program.name}") from error
-    return Step(item.ast.op, item.ast, positions, kernel, values)
+    per_call = variables if any(variable in bound for variable in variables) else ()
+    return Step(item.ast.op, item.ast, positions, kernel, values, per_call)
 
 
 class _Layout:

@@ -230,3 +230,25 @@ def test_transformer_with_weights_on_disk(tmp_path: Path) -> None:
         np.testing.assert_allclose(got, transformer.encode(host, ids, mask, config), atol=1e-4)  # numpy's order
     (plan, _), = encoder.captured.plans.values()  # type: ignore[attr-defined]
     assert not any(step.op is fast.LoadOps.COPY for step in plan.steps)
+
+
+def test_bound_variables_replay_one_trace_for_every_length() -> None:
+    """A sequence length bound in the arguments' views is a kernel parameter: one trace serves
+    every value, and each call's results carry that call's value."""
+    w = from_numpy(f32(4, 6), "CLANG")
+    length = fast.Variable("length", 1, 9)
+
+    def project(xs: fast.LazyBuffer) -> tuple[fast.LazyBuffer, fast.LazyBuffer]:
+        h = matmul_graph(xs, w)
+        h = h.e(BinaryOps.ADD, h.const(1.0))
+        return h, h.e(BinaryOps.MUL, h).r(ReduceOps.SUM, (0,))
+
+    captured = fast.jit(project)
+    for n in (5, 2, 9, 5):
+        data = f32(9, 4)
+        got = captured(from_numpy(data, "CLANG").shrink(((0, length.bind(n)), (0, 4))))
+        want = project(from_numpy(data, "CLANG").shrink(((0, length.bind(n)), (0, 4))))
+        for a, b in zip(got, want, strict=True):
+            assert same_bits(to_numpy(a), to_numpy(b))
+        assert to_numpy(got[0]).shape == (n, 6)
+    assert captured.traces == 1
