@@ -65,9 +65,7 @@ class Captured:
         if capture.active() is not None:  # called from a function being traced: inlined into that trace
             return self.fn(*args, **kwargs)
         names = tuple(sorted(kwargs))
-        if self.arity is None:
-            self.arity = (len(args), names)
-        elif self.arity != (len(args), names):
+        if self.arity is not None and self.arity != (len(args), names):
             raise TypeError(f"jit({self.name}): traced with {self.arity[0]} positional arguments and keywords "
                             f"{list(self.arity[1])}, called with {len(args)} and {list(names)}")
         values = [*args, *(kwargs[name] for name in names)]
@@ -99,6 +97,8 @@ class Captured:
         finally:
             recorder.release()
         self.traces += 1
+        if self.arity is None:  # the first call that traced fixes the arguments every call passes
+            self.arity = (len(args), tuple(sorted(kwargs)))
         if plan.per_length and bound:
             key = (key, _values_key(bound))
         self.plans.pop(key, None)
