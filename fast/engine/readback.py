@@ -7,6 +7,7 @@ and a MultiLazyBuffer with axis None reads a real replica that this rank holds."
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,10 @@ from fast.engine.realize import realize
 from fast.graph.node import LazyBuffer
 from fast.runtime import mpi
 from fast.shape.symbolic import Node
+
+# Called with the buffer of every `to_numpy`, before anything is realized (fast/engine/capture.py raises
+# there when a traced function reads a value computed from its inputs).
+READ_OBSERVERS: list[Callable[[Any], None]] = []
 
 
 def _readable_on_host(lb: LazyBuffer) -> LazyBuffer:
@@ -37,6 +42,8 @@ def _readable_on_host(lb: LazyBuffer) -> LazyBuffer:
 def to_numpy(buffer: Any) -> np.ndarray:
     """Realize `buffer` and return a fresh array of its shape and `dtype.np` (bfloat16 as float32).
     A MultiLazyBuffer gives its real shards joined along its axis, or its first real shard."""
+    for observe in READ_OBSERVERS:
+        observe(buffer)
     if hasattr(buffer, "real_lbs"):
         realize(buffer)
         if buffer.axis is None:

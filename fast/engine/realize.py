@@ -53,6 +53,9 @@ SCHEDULE_OBSERVERS: list[Callable[[Sequence[ScheduleItem]], None]] = []
 # Called as observer(ast, device, const_params) after `compile_item` compiled a kernel (CI's compile-only
 # checks compile the same kernel for CUDA there: tests/conftest.py, conformance/cuda_compile.py).
 COMPILE_OBSERVERS: list[Callable[[LazyOp, str, bool], None]] = []
+# `on` is set on a thread while fast/engine/capture.py records a traced function there: each realize then
+# schedules afresh (no schedule replay), so every item runs through `run_schedule` and its observers.
+RECORDING = threading.local()
 
 
 # ---------------------------------------------------------------- the program cache
@@ -323,7 +326,7 @@ def realize(*buffers: Any) -> None:
     outs = lazy_buffers(buffers)
     for observe in REALIZE_OBSERVERS:
         observe(outs)
-    signature, template = replay.prepare(outs)
+    signature, template = (None, None) if getattr(RECORDING, "on", False) else replay.prepare(outs)
     if signature is not None and template is not None and _replay(template, signature):
         replay.drop_sources(template, signature)
         if config.get().debug >= 1:

@@ -9,7 +9,8 @@ from fast import xp
 
 HERE = Path(__file__).parent
 AGAINST_NUMPY = ("test_xp_functions.py", "test_xp_elementwise.py", "test_xp_compat.py", "test_xp_sharded.py")
-NOT_ARRAY_FUNCTIONS = {"reference_namespace"}  # returns the namespace itself: tests/xp/conftest.py uses it
+NOT_ARRAY_FUNCTIONS = {"reference_namespace",  # returns the namespace itself: tests/xp/conftest.py uses it
+                       "jit"}  # captures a function: tested against the uncaptured one in tests/fast/test_jit.py
 
 
 def test_every_exported_function_has_a_numpy_test() -> None:
