@@ -122,6 +122,16 @@ def fast_system(model: dict[str, Any], device: str, ids: np.ndarray, mask: np.nd
     return system
 
 
+def captured_system(model: dict[str, Any], device: str, ids: np.ndarray, mask: np.ndarray) -> System:
+    """`make_encoder`'s captured function (fast.xp.jit) on `device`, given new input arrays each call
+    (the first call traces; later ones replay its kernels)."""
+    from fast import xp
+
+    encoder = model["example"].make_encoder(model["fast"][device], model["config"])
+    return System(f"fast {device} captured",
+                  lambda: np.asarray(encoder(xp.asarray(ids, device=device), xp.asarray(mask, device=device))))
+
+
 def torch_systems(model: dict[str, Any], ids: np.ndarray, mask: np.ndarray, quick: bool) -> list[System]:
     """torch eager, torch.compile and onnxruntime (each skipped with its reason when it cannot run)."""
     names = ("torch", "torch.compile", "onnxruntime")
@@ -281,7 +291,8 @@ def run_minilm(workload: Workload, plan: Any) -> tuple[list[dict[str, Any]], dic
     ids, mask = minilm_model.tokenize(model["files"]["tokenizer.json"], batch, tokens)
     numpy_system = System("numpy", lambda: model["example"].encode(model["weights"], ids, mask, model["config"]))
     fast_systems = [fast_system(model, device, ids, mask) for device in plan.devices]
-    systems = [*fast_systems, numpy_system, *torch_systems(model, ids, mask, plan.quick)]
+    captured = [captured_system(model, device, ids, mask) for device in plan.devices]
+    systems = [*fast_systems, *captured, numpy_system, *torch_systems(model, ids, mask, plan.quick)]
     plan.log(f"  {workload.name}: batch {batch} x {tokens} tokens; first calls:")
     first_calls(systems, plan.log)
     timed_rounds(systems, plan.budget)
@@ -293,7 +304,7 @@ def run_minilm(workload: Workload, plan: Any) -> tuple[list[dict[str, Any]], dic
     medians = {name: float(np.median(s.times)) * 1e3 if s.live and s.times else None for name, s in by_name.items()}
     others = {name: medians[name] for name in ("numpy", "torch", "torch.compile", "onnxruntime")}
     summaries = {system.name: summary(system, reference, flops, others) for system in systems}
-    peers = {name: summaries[name] for name in others}
+    peers = {name: summaries[name] for name in [*others, *(system.name for system in captured)]}
     rows = [fast_row(workload, device, summaries[f"fast {device}"], peers, plan.fma_gflops) for device in plan.devices]
     for row in rows:
         plan.log(_progress(row))
