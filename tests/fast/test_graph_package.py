@@ -120,7 +120,7 @@ def test_the_layers_are_the_documented_ones() -> None:
     assert layers(import_graph()) == [
         ["checks", "keys", "rules", "versions"],
         ["node"],
-        ["allreduce", "operations"],
+        ["allreduce", "gather", "operations"],
         ["multi_checks"],
         ["multi"],
         [INIT],
