@@ -19,8 +19,10 @@ The answer is remembered per Buffer, version and bound, as engine/fma_guard.py d
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,8 +30,10 @@ import numpy as np
 from fast.device import Buffer
 from fast.dtype import DType
 from fast.shape.shapetracker import ShapeTracker
-from fast.shape.symbolic import sint
+from fast.shape.symbolic import all_int, sint
 from fast.shape.view import View
+
+Shape = tuple[sint, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,7 +59,21 @@ def with_inner_axis(st: ShapeTracker, n: sint) -> ShapeTracker:
     return ShapeTracker(tuple(views))
 
 
-def source_view(x_shape: tuple[sint, ...], index_shape: tuple[sint, ...], axis: int, st: ShapeTracker) -> ShapeTracker:
+def _memoized(build: Callable[[Shape, Shape, int, ShapeTracker], ShapeTracker]
+              ) -> Callable[[Shape, Shape, int, ShapeTracker], ShapeTracker]:
+    """`build`, answered from a cache when every size is an int (bound Variables compare equal
+    whatever their value, so symbolic arguments are never cache keys)."""
+    cached = functools.lru_cache(maxsize=1024)(build)
+
+    def view(x_shape: Shape, index_shape: Shape, axis: int, st: ShapeTracker) -> ShapeTracker:
+        if all_int(x_shape) and all_int(index_shape) and not st.symbolic:
+            return cached(x_shape, index_shape, axis, st)
+        return build(x_shape, index_shape, axis, st)
+    return view
+
+
+@_memoized
+def source_view(x_shape: Shape, index_shape: Shape, axis: int, st: ShapeTracker) -> ShapeTracker:
     """The view (shape (K..., n)) over x's own shape that the gathered LOAD reads (module docstring)."""
     before, after = x_shape[:axis], x_shape[axis + 1:]
     n, ndim = x_shape[axis], len(x_shape)
@@ -65,7 +83,8 @@ def source_view(x_shape: tuple[sint, ...], index_shape: tuple[sint, ...], axis: 
     return spread.expand((*before, *index_shape, *after, n)) + with_inner_axis(st, n)
 
 
-def index_view(x_shape: tuple[sint, ...], index_shape: tuple[sint, ...], axis: int, st: ShapeTracker) -> ShapeTracker:
+@_memoized
+def index_view(x_shape: Shape, index_shape: Shape, axis: int, st: ShapeTracker) -> ShapeTracker:
     """The view (shape K) over the indices' own shape that the index LOAD reads."""
     before, after = x_shape[:axis], x_shape[axis + 1:]
     spread = ShapeTracker.from_shape(index_shape).reshape((*(1 for _ in before), *index_shape, *(1 for _ in after)))

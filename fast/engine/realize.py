@@ -348,6 +348,10 @@ def _print_realized(start: float, ran: list[LazyOp]) -> None:
 def _replay(template: replay.Template, signature: replay.Signature) -> bool:
     """Run a recorded schedule over the graph of `signature`; False (nothing run) when the graph's
     constants differ from the recorded ones and the template cannot take new values."""
+    if template.index_checks:  # gather indices (leaves, realized): checked before any item runs
+        leaves = signature.leaves
+        gathers.check_indices(tuple(gathers.IndexCheck(leaves[number].realized, *rest)  # type: ignore[arg-type]
+                                    for number, *rest in template.index_checks))
     same_values = tuple(signature.consts) == template.consts
     settings = config.get()
     quiet = settings.debug < 2 and (not settings.dump_ir or not dump_stages())
