@@ -51,6 +51,10 @@ class ArrayOps:
     def matmul(self, a: Any, b: Any) -> Any:
         return a @ b
 
+    def take(self, table: Any, ids: Any) -> Any:
+        """The rows of `table` at `ids` (axis 0)."""
+        return np.take(table, ids, axis=0)
+
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         """im2col (a strided view, no copy until tensordot) + tensordot (BLAS)."""
         p = padding
@@ -95,6 +99,9 @@ class TorchOps(ArrayOps):
     def matmul(self, a: Any, b: Any) -> Any:
         return self.torch.matmul(a, b)
 
+    def take(self, table: Any, ids: Any) -> Any:
+        return self.torch.index_select(table, 0, ids)
+
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         return self.torch.nn.functional.conv2d(x, weight, padding=padding)
 
@@ -132,6 +139,9 @@ class JaxOps(ArrayOps):
 
     def matmul(self, a: Any, b: Any) -> Any:
         return self.jnp.matmul(a, b)
+
+    def take(self, table: Any, ids: Any) -> Any:
+        return self.jnp.take(table, ids, axis=0)
 
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         pads = [(padding, padding), (padding, padding)]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import graphs
+from bench import graphs, take
 from bench.peers import ArrayOps
 
 QUICK_DIV = 8  # --quick divides each side of a matrix by this (elements by 64) and vectors by 64
@@ -30,7 +30,8 @@ class Workload:
     out of a large file on DISK) or "sharded" (a compute workload timed sharded over two devices of each
     device's kind against that device alone, bench/sharded.py) or "mpi_sharded" (the same over two MPI
     ranks against one process, bench/mpi_sharded.py). Memory-bound workloads report GB/s
-    (inputs read once + output written once); the others report GFLOP/s from `flops(inputs)`.
+    (inputs read once + output written once, or `moved(inputs, out_shape)` bytes when given: a
+    gather reads only the rows it selects); the others report GFLOP/s from `flops(inputs)`.
     """
 
     name: str
@@ -44,6 +45,7 @@ class Workload:
     flops: Callable[[list[np.ndarray]], float] | None = None
     slow: bool = False
     kind: str = "compute"
+    moved: Callable[[list[np.ndarray], tuple[int, ...]], int] | None = None  # bytes, when not all inputs
 
 
 def _uniform(rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float) -> np.ndarray:
@@ -146,6 +148,9 @@ WORKLOADS: tuple[Workload, ...] = (
              rtol=1e-3, atol=1e-3, memory_bound=False, flops=_conv_flops),
     Workload("layernorm", "layernorm over the rows of 4096x4096", _normal_matrix, graphs.layernorm,
              _layernorm_peer, rtol=1e-3, atol=1e-4),
+    Workload("take", f"take of {take.ROWS:,} rows of {take.WIDTH} float32 from a {take.VOCAB} x {take.WIDTH} table "
+             "(int32 indices): the token-embedding gather", take.inputs, take.graph, take.peer, rtol=0.0,
+             moved=take.moved_bytes),
     Workload("sharded", "(a*b+c).sum() of three 16M vectors sharded over DEVICE,DEVICE:1 (axis 0) vs DEVICE "
              "alone, THREADS=1 and default threads", _positive_vectors, graphs.mul_add_sum,
              lambda ops, a, b, c: ops.sum(a * b + c), rtol=1e-4, kind="sharded"),
