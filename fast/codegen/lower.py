@@ -36,6 +36,7 @@ from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_
 from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
 from fast.codegen.fma import fuse_accumulations
+from fast.codegen.gather import gathered_load
 from fast.codegen.indexing import IndexRenderer
 from fast.codegen.ir import (
     INT64,
@@ -163,43 +164,6 @@ class _Lowering:
         return b.vectorize([b.load(node.arg.idx, dtype, ix.render_int(index), ix.valid_ref(valid))
                             for index, valid in lanes])
 
-    def _gather(self, node: LazyOp, group: Group, index: int) -> int:
-        """A gathered LOAD (fast/ops.py LazyOp) for a group of lanes: its view's last axis (size n) is
-        read at `index` (the source's value: a scalar for every lane, or one lane each), wrapped once
-        when negative and clamped into [0, n), so the read stays inside the view whatever the value
-        (engine/gathers.py raises for out-of-range indices before the kernel runs)."""
-        b, st, dtype, ix = self.builder, node.arg.st, node.arg.dtype, self.indexes
-        n = as_node(st.shape[-1])
-        uniform = b.dtype(index).count == 1
-        positions = [self._gather_position(b.gep(index, lane), n) for lane in range(1 if uniform else len(group))]
-        places = [st.expr_idxs([*self._idxs(env), positions[0 if uniform else lane]]) for lane, env in enumerate(group)]
-        kind, places = self._kind(places, dtype)
-        nonempty = b.index(IndexOps.CMPLT, b.const(0, INT64), ix.render_int(n)) if n.min < 1 else None
-
-        def valid_ref(valid: Node) -> int | None:
-            return ix.valid_ref(valid) if nonempty is None else ix.both(nonempty, valid)
-        if kind == "vector":
-            return b.load(node.arg.idx, dtype.vec(len(group)), ix.render_int(places[0][0]), valid_ref(places[0][1]))
-        return b.vectorize([b.load(node.arg.idx, dtype, ix.render_int(place), valid_ref(valid))
-                            for place, valid in (places[:1] if kind == "uniform" else places)])
-
-    def _gather_position(self, value: int, n: Node) -> Node:
-        """A Variable in [0, n) standing for the int `value` as a position along an axis of size n: in
-        int64, a negative value (of a signed dtype) plus n, then clamped into [0, n - 1] (0 when n is 0);
-        an unsigned value of 2^63 and more is clamped to n - 1 too."""
-        b = self.builder
-        if n.max <= 1:
-            return NumNode(0)
-        signed = not dtypes.is_unsigned(b.dtype(value))
-        value, size, zero = b.alu(UnaryOps.CAST, (value,), INT64), self.indexes.render_int(n), b.const(0, INT64)
-        negative = b.alu(BinaryOps.CMPLT, (value, zero))
-        value = b.alu(TernaryOps.WHERE, (negative, b.alu(BinaryOps.ADD, (value, size)) if signed else size, value))
-        top = b.alu(BinaryOps.ADD, (size, b.const(-1, INT64)))
-        value = b.alu(TernaryOps.WHERE, (b.alu(BinaryOps.CMPLT, (value, size)), value, top))
-        position = Variable(f"gather{len(self.var_refs)}~", 0, n.max - 1)
-        self.var_refs[position] = b.alu(BinaryOps.MAX, (value, zero))
-        return position
-
     def _store(self, store: LazyOp, group: Group, value: int) -> None:
         b, dtype, ix = self.builder, store.arg.dtype, self.indexes
         kind, places = self._access(store.arg.st, group, dtype)
@@ -218,7 +182,7 @@ class _Lowering:
             if id(current) in memo:
                 continue
             if current.op in (BufferOps.LOAD, BufferOps.CONST) and current.src:  # a gathered LOAD
-                ref = self._gather(current, group, memo[id(current.src[0])])
+                ref = gathered_load(self, current, group, memo[id(current.src[0])])
             elif current.op in (BufferOps.LOAD, BufferOps.CONST):
                 ref = self._load(current, group)
             elif isinstance(current.op, ReduceOps):

@@ -9,7 +9,7 @@ buffer whose index is the value of a LOAD of the indices' buffer:
 - `source_view`: x's view of shape (A..., n, B...) with the gathered axis moved last, reshaped and
   expanded to (A..., I..., B..., n), then `st` with an innermost axis of size n appended to each of
   its views (`with_inner_axis`): a view over (K..., n) whose last axis lowering indexes with the
-  loaded value, after wrapping a negative index once and clamping it into [0, n) (codegen/lower.py),
+  loaded value, after wrapping a negative index once and clamping it into [0, n) (codegen/gather.py),
   so no index can read outside x's buffer.
 
 Out-of-range indices (outside [-n, n)) are an IndexError: `check_indices` reads the first `count`

@@ -12,7 +12,7 @@ Invariants that the scheduler and lowering rely on:
   `indices.size` elements of that base's buffer for out-of-range values before the kernel runs
   (engine/gathers.py), the same values `reference` checks.
 - `x` is read through any view; the scheduler realizes x's base and the indices' base
-  (fusion.py), so a kernel reads both from buffers: x as a gathered LOAD (codegen/lower.py).
+  (fusion.py), so a kernel reads both from buffers: x as a gathered LOAD (codegen/gather.py).
 Nothing is folded: a gather of a constant still checks its indices.
 """
 from __future__ import annotations
