@@ -55,6 +55,10 @@ class ArrayOps:
         """x with its last two axes swapped, a view (BLAS reads it transposed, nothing is copied)."""
         return np.swapaxes(x, -1, -2)
 
+    def take(self, table: Any, ids: Any) -> Any:
+        """The rows of `table` at `ids` (axis 0)."""
+        return np.take(table, ids, axis=0)
+
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         """im2col (a strided view, no copy until tensordot) + tensordot (BLAS)."""
         p = padding
@@ -102,6 +106,9 @@ class TorchOps(ArrayOps):
     def mT(self, x: Any) -> Any:  # noqa: N802
         return x.transpose(-2, -1)
 
+    def take(self, table: Any, ids: Any) -> Any:
+        return self.torch.index_select(table, 0, ids)
+
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         return self.torch.nn.functional.conv2d(x, weight, padding=padding)
 
@@ -142,6 +149,9 @@ class JaxOps(ArrayOps):
 
     def mT(self, x: Any) -> Any:  # noqa: N802
         return self.jnp.swapaxes(x, -1, -2)
+
+    def take(self, table: Any, ids: Any) -> Any:
+        return self.jnp.take(table, ids, axis=0)
 
     def conv2d(self, x: Any, weight: Any, padding: int) -> Any:
         pads = [(padding, padding), (padding, padding)]

@@ -56,7 +56,8 @@ def throughput(workload: Workload, arrays: list[np.ndarray], out_shape: tuple[in
                median_s: float, bandwidth_gbs: float) -> dict[str, Any]:
     """GB/s and its fraction of the machine's bandwidth (memory-bound workloads), else GFLOP/s."""
     if workload.memory_bound:
-        moved = sum(array.nbytes for array in arrays) + math.prod(out_shape) * 4
+        moved = workload.moved(arrays, out_shape) if workload.moved is not None \
+            else sum(array.nbytes for array in arrays) + math.prod(out_shape) * 4
         gbs = moved / median_s / 1e9
         return {"bytes": moved, "gbs": gbs, "bw_fraction": gbs / bandwidth_gbs if bandwidth_gbs else None}
     flops = workload.flops(arrays) if workload.flops else None

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import graphs
+from bench import graphs, take
 from bench.peers import ArrayOps
 
 QUICK_DIV = 8  # --quick divides each side of a matrix by this (elements by 64) and vectors by 64
@@ -32,7 +32,8 @@ class Workload:
     ranks against one process, bench/mpi_sharded.py) or "contention" (default threads against one thread
     on a host kept busy by other processes, bench/contention.py) or "minilm" (a real model against numpy,
     torch and onnxruntime, bench/minilm.py; `make_inputs` gives its (batch, tokens)). Memory-bound
-    workloads report GB/s (inputs read once + output written once); the others report GFLOP/s from
+    workloads report GB/s (inputs read once + output written once, or `moved(inputs, out_shape)` bytes
+    when given: a gather reads only the rows it selects); the others report GFLOP/s from
     `flops(inputs)`. `group` names a set that `--only` selects at once ("matmul", "minilm").
     """
 
@@ -48,6 +49,7 @@ class Workload:
     slow: bool = False
     kind: str = "compute"
     group: str = ""
+    moved: Callable[[list[np.ndarray], tuple[int, ...]], int] | None = None  # bytes, when not all inputs
 
 
 def _uniform(rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float) -> np.ndarray:
@@ -212,6 +214,9 @@ WORKLOADS: tuple[Workload, ...] = (
              rtol=1e-3, atol=1e-3, memory_bound=False, flops=_conv_flops),
     Workload("layernorm", "layernorm over the rows of 4096x4096", _normal_matrix, graphs.layernorm,
              _layernorm_peer, rtol=1e-3, atol=1e-4),
+    Workload("take", f"take of {take.ROWS:,} rows of {take.WIDTH} float32 from a {take.VOCAB} x {take.WIDTH} table "
+             "(int32 indices): the token-embedding gather", take.inputs, take.graph, take.peer, rtol=0.0,
+             moved=take.moved_bytes),
     Workload("sharded", "(a*b+c).sum() of three 16M vectors sharded over DEVICE,DEVICE:1 (axis 0) vs DEVICE "
              "alone, THREADS=1 and default threads", _positive_vectors, graphs.mul_add_sum,
              lambda ops, a, b, c: ops.sum(a * b + c), rtol=1e-4, kind="sharded"),

@@ -25,6 +25,7 @@ from conformance.program import (
     Custom,
     Elementwise,
     Fetch,
+    Gather,
     Leaf,
     LoadConst,
     LoadEmpty,
@@ -186,6 +187,13 @@ class _Inference(StepVisitor[Info | None]):
 
     def visit_movement(self, step: Movement) -> Info:
         return _movement(step, self.src(step.src))
+
+    def visit_gather(self, step: Gather) -> Info:
+        x, idx = self.src(step.src), self.src(step.indices)
+        if x.multi or idx.multi:
+            raise ValueError("gather: multi-device values are not gathered (LazyBuffer.gather only)")
+        shape = (*x.shape[:step.axis], *idx.shape, *x.shape[step.axis + 1:])
+        return replace(x, shape=shape, const="", consecutive=True)
 
     def visit_cast(self, step: Cast) -> Info:
         return _cast(step, self.src(step.src))

@@ -22,6 +22,7 @@ from conformance.program import (
     Custom,
     Elementwise,
     Fetch,
+    Gather,
     Leaf,
     LoadConst,
     LoadEmpty,
@@ -163,6 +164,9 @@ class _StepKeys(StepVisitor[set[str]]):
 
     def visit_elementwise(self, step: Elementwise) -> set[str]:
         return _elementwise_features(step, self.srcs, self.program)
+
+    def visit_gather(self, step: Gather) -> set[str]:
+        return {"op:GATHER"}
 
     def visit_reduce(self, step: Reduce) -> set[str]:
         source = self.srcs[0]

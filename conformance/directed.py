@@ -10,6 +10,7 @@ enough for fused multiply-adds, with and without overflowing products (on every 
 matrix products lowered as GEMMs in every layout on awkward sizes and views, and attention's batched
 products on a head-split view (on every device kind),
 column reductions walked in chunks, with work after them, and `a @ b.T` (on every device kind),
+gathers with edge and out-of-range indices (on every device kind),
 sharded structures realized three times (replays with native lanes),
 symbolic shapes (bound Variables, each program replayed under three bindings, edges included; on
 every device kind), and (when DISK is enabled) copies through DISK views.
@@ -26,6 +27,7 @@ from conformance.program import (
     Custom,
     Elementwise,
     Fetch,
+    Gather,
     Leaf,
     LoadConst,
     Movement,
@@ -163,13 +165,41 @@ def output_tails(cfg: GenConfig) -> list[Program]:
     return out
 
 
+def _indices(dtype: str, values: tuple[int, ...], shape: tuple[int, ...], device: str) -> Leaf:
+    return Leaf(ArrayData(dtype, shape, values), device)
+
+
+def gathers(cfg: GenConfig) -> list[Program]:
+    """On every device kind, `gather` with edge indices (0, n - 1, -1, -n) of int32, int64 and uint8
+    along each axis; of a flipped and padded view, by a flipped index view, fused with an add and a
+    reduce; an empty index array; and indices one past each end, which both sides refuse with an
+    IndexError when the value is fetched (docs/semantics.md, "Gather")."""
+    out = []
+    for dev in cfg.kinds:
+        edges: list[Step] = [_random("float32", (5, 7), 61, dev), _indices("int32", (0, 4, -1, -5, 2), (5,), dev),
+                             Gather(0, 1, 0), Fetch(2), _indices("int64", (0, 6, -1, -7, 3, 3), (2, 3), dev),
+                             Gather(0, 4, 1), Fetch(5)]
+        views: list[Step] = [_random("int16", (5, 7), 62, dev), Movement(0, "stride", (-1, 1)),
+                             Movement(1, "pad", ((1, 0), (0, 2))),  # (6, 9): a flipped, padded view
+                             _indices("int64", (0, -1, 8, -9, 4, 0), (2, 3), dev), Movement(3, "stride", (1, -1)),
+                             Gather(2, 4, 1), Elementwise("ADD", (5, 5)), Fetch(6), Reduce(6, "SUM", (2,)), Fetch(8)]
+        rows: list[Step] = [_random("float16", (4, 33), 63, dev), _indices("uint8", (3, 0, 3, 1), (4,), dev),
+                            Gather(0, 1, 0), Fetch(2), _indices("int32", (), (0,), dev), Gather(0, 4, 0), Fetch(5)]
+        out += [Program(tuple(edges)), Program(tuple(views)), Program(tuple(rows))]
+        for bad in (5, -6):
+            refused: list[Step] = [_random("float32", (5, 3), 64, dev), _indices("int32", (0, bad), (2,), dev),
+                                   Gather(0, 1, 0), Fetch(2)]
+            out.append(Program(tuple(refused), expect="IndexError"))
+    return out
+
+
 def chunked_reductions(cfg: GenConfig) -> list[Program]:
     """On every device kind, reductions over a strided axis long enough to be walked in chunks with
     partial totals kept in the output (fast/codegen/opt.py `_chunk_strided_reduce`): a column mean
     and a column max with a bias and a ReLU after it (work applied to the last chunk's total only),
     an int32 column sum scaled, a column sum and max of one input in one kernel (never chunked), a
     matrix product plus a bias, and `a @ b.T` (a register tile of dot products)."""
-    out = []
+    out: list[Program] = []
     for dev in cfg.kinds:
         mean: list[Step] = [_random("float32", (64, 48), 71, dev), Reduce(0, "SUM", (0,)), ConstLike(1, 0.015625),
                             Elementwise("MUL", (1, 2)), Fetch(3)]
@@ -361,5 +391,5 @@ def directed_programs(cfg: GenConfig) -> list[Program]:
     tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
             *row_kernels(dev), *output_tails(cfg), *chunked_reductions(cfg), *fused_products(cfg), *matmul_layouts(cfg),
-            *replayed_shards(cfg), *symbolic(cfg),
+            *replayed_shards(cfg), *symbolic(cfg), *gathers(cfg),
             *disk(cfg)]

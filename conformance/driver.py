@@ -32,6 +32,7 @@ from conformance.program import (
     Custom,
     Elementwise,
     Fetch,
+    Gather,
     Leaf,
     LoadConst,
     LoadEmpty,
@@ -121,6 +122,9 @@ class _Replay(StepVisitor[Any]):
 
     def visit_movement(self, step: Movement) -> Any:
         return getattr(self.values[step.src], step.kind)(step.arg)
+
+    def visit_gather(self, step: Gather) -> Any:
+        return self.values[step.src].gather(self.values[step.indices], step.axis)
 
     def visit_cast(self, step: Cast) -> Any:
         source, dtype = self.values[step.src], self.dtype(step.dtype)

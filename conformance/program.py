@@ -252,6 +252,18 @@ class Movement(Step):
 
 
 @dataclass(frozen=True)
+class Gather(Step):
+    """`src.gather(indices, axis)`: src indexed along `axis` by the integer value `indices`."""
+
+    src: int = ref()
+    indices: int = ref()
+    axis: int = 0
+
+    def render(self, name: Callable[[int], str]) -> str:
+        return f"{name(self.src)}.gather({name(self.indices)}, {self.axis!r})"
+
+
+@dataclass(frozen=True)
 class Cast(Step):
     src: int = ref()
     dtype: str = "float32"
@@ -318,8 +330,8 @@ class Fetch(Step):
         return f"out.append(T.to_numpy({name(self.item)}))"
 
 
-VALUE_STEPS = (Leaf, LoadConst, LoadEmpty, Custom, ConstLike, Elementwise, Reduce, Movement, Cast, Contiguous,
-               Copy, Shard, Assign)
+VALUE_STEPS = (Leaf, LoadConst, LoadEmpty, Custom, ConstLike, Elementwise, Reduce, Movement, Gather, Cast,
+               Contiguous, Copy, Shard, Assign)
 
 
 def produces_value(step: Step) -> bool:

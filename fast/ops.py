@@ -46,6 +46,14 @@ class LoadOps(OpEnum):
     EMPTY = auto(); CONST = auto(); COPY = auto(); CONTIGUOUS = auto(); CUSTOM = auto(); ASSIGN = auto(); VIEW = auto()  # noqa: E501,E702
 
 
+class GatherOps(OpEnum):
+    """`LazyBuffer.gather(indices, axis)`: out[..., i..., ...] = x[..., indices[i...], ...] along `axis`
+    (arg: the axis; srcs: (x, indices)). Negative indices in [-n, -1] count from the end; any other
+    index outside [0, n) is an IndexError raised when the gather is realized (docs/semantics.md)."""
+
+    GATHER = auto()
+
+
 class BufferOps(OpEnum):
     """Leaves and roots of a kernel AST: read a buffer, read a constant, write a buffer."""
 
@@ -66,7 +74,7 @@ LOAD_CUSTOM, LOAD_ASSIGN, LOAD_VIEW = LoadOps.CUSTOM, LoadOps.ASSIGN, LoadOps.VI
 BUFFER_LOAD, BUFFER_CONST, BUFFER_STORE, KERNEL_SINK = BufferOps.LOAD, BufferOps.CONST, BufferOps.STORE, KernelOps.SINK
 UNARY_CAST, UNARY_BITCAST, UNARY_NEG = UnaryOps.CAST, UnaryOps.BITCAST, UnaryOps.NEG
 
-Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | LoadOps | BufferOps | KernelOps
+Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | LoadOps | GatherOps | BufferOps | KernelOps
 ElementwiseOps = UnaryOps | BinaryOps | TernaryOps
 
 
@@ -92,8 +100,10 @@ class ConstBuffer:
 class LazyOp:
     """A node of a kernel AST. Frozen: lowering never mutates what the scheduler produced.
 
-    arg by op: BufferOps.LOAD/STORE -> MemBuffer, BufferOps.CONST -> ConstBuffer, ReduceOps -> tuple
-    of reduced axes, UnaryOps.CAST/BITCAST -> DType, otherwise None.
+    arg by op: BufferOps.LOAD/STORE -> MemBuffer (a LOAD with one source is a *gathered* load: its
+    view has one more axis than the kernel, the last, of size n, read at the position the source's int
+    value gives, wrapped once if negative and clamped into [0, n) by lowering), BufferOps.CONST ->
+    ConstBuffer, ReduceOps -> tuple of reduced axes, UnaryOps.CAST/BITCAST -> DType, otherwise None.
     Equality is structural; the hash is computed once per node (ASTs share subtrees, so a
     recomputed recursive hash would be exponential in the depth of a diamond-shaped graph).
     """

@@ -21,7 +21,7 @@ import numpy as np
 
 from reference import disk
 from reference.dtype import Array, ConstType, DType, as_const, dtypes
-from reference.ops import ARITY, BinaryOps, LoadOps, Op, ReduceOps, TernaryOps, UnaryOps, check_op_dtype
+from reference.ops import ARITY, BinaryOps, GatherOps, LoadOps, Op, ReduceOps, TernaryOps, UnaryOps, check_op_dtype
 from reference.shape import Shape, canonical_device, check_movement, resolve, resolve_int
 
 Operand = tuple[Shape, DType, tuple[str, ...]]  # (shape, dtype, devices) of an operand
@@ -208,6 +208,24 @@ class LazyBuffer:
         """Reduce over ``axis``; reduced axes keep size 1."""
         axes, shape = check_r(op, self.shape, (self.device,), axis)
         return _node(self.device, shape, self.dtype, op, axes, (self,))
+
+    def gather(self, indices: LazyBuffer, axis: int) -> LazyBuffer:
+        """Self indexed along ``axis`` by the integer buffer ``indices``: shape ``shape[:axis] + indices.shape
+        + shape[axis + 1:]``; negative indices count from the end, others out of range raise IndexError
+        when realized (docs/semantics.md, "Gather")."""
+        if not isinstance(indices, LazyBuffer):
+            raise TypeError(f"gather: expected a LazyBuffer operand, got {type(indices).__name__}")
+        if indices.dtype.kind not in "iu":
+            raise TypeError(f"gather: indices must have an integer dtype, got {indices.dtype.name}")
+        if type(axis) is not int or not 0 <= axis < len(self.shape):
+            raise ValueError(f"gather: axis {axis!r} is out of range for shape {self.shape}")
+        if indices.device != self.device:
+            raise ValueError(f"gather: x is on {self.device} and indices on {indices.device}")
+        no_disk("gather", (self.device,))
+        shape = self.shape[:axis] + indices.shape + self.shape[axis + 1:]
+        if self.shape[axis] == 0 and 0 not in shape:
+            raise IndexError(f"gather: cannot take indices of shape {indices.shape} from axis {axis} of size 0")
+        return _node(self.device, shape, self.dtype, GatherOps.GATHER, axis, (self, indices))
 
     def _view(self, name: str, arg: Any) -> LazyBuffer:
         narg, shape = check_movement(name, self.shape, arg)

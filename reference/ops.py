@@ -17,8 +17,9 @@ BinaryOps = Enum("BinaryOps", "ADD SUB MUL DIV MAX MOD CMPLT CMPEQ XOR")
 TernaryOps = Enum("TernaryOps", "WHERE MULACC")  # WHERE(cond, a, b); MULACC(a, b, c) = a*b + c
 ReduceOps = Enum("ReduceOps", "SUM MAX")
 LoadOps = Enum("LoadOps", "EMPTY CONST COPY CONTIGUOUS CUSTOM ASSIGN VIEW")  # VIEW: a movement op
+GatherOps = Enum("GatherOps", "GATHER")  # LazyBuffer.gather(indices, axis): arg is the axis
 
-Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | LoadOps
+Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | LoadOps | GatherOps
 ARITY = {UnaryOps: 1, BinaryOps: 2, TernaryOps: 3}
 TRANSCENDENTAL = {UnaryOps.EXP2: np.exp2, UnaryOps.LOG2: np.log2, UnaryOps.SIN: np.sin, UnaryOps.SQRT: np.sqrt}
 
@@ -144,3 +145,20 @@ def cast(arr: Array, src: DType, dst: DType) -> Array:
 def bitcast(arr: Array, dst: DType) -> Array:
     """Reinterpret the bytes of a stored array (the last axis rescales if itemsizes differ)."""
     return np.array(arr, order="C").view(dst.storage)
+
+
+def gather(x: Array, indices: Array, axis: int) -> Array:
+    """``x`` indexed along ``axis`` by integer ``indices`` (docs/semantics.md, "Gather"): an index in
+    [-n, -1] counts from the end; any other index outside [0, n) is an IndexError, when the result has
+    elements (an empty result reads nothing)."""
+    n = x.shape[axis]
+    shape = x.shape[:axis] + indices.shape + x.shape[axis + 1:]
+    if 0 in shape:
+        return np.zeros(shape, dtype=x.dtype)
+    exact = [int(v) for v in indices.reshape(-1)]  # Python ints: no dtype can wrap here
+    bad = [v for v in exact if not -n <= v < n]
+    if bad:
+        raise IndexError(f"take (gather): index {bad[0]} is out of bounds for axis {axis} with size {n} "
+                         f"(indices must lie in [-{n}, {n}))")
+    positions = np.array([v + n if v < 0 else v for v in exact], dtype=np.int64).reshape(indices.shape)
+    return np.take(x, positions, axis=axis)

@@ -15,7 +15,7 @@ from reference import ops
 from reference.dtype import Array, DType, bf16_to_f32, dtypes, f32_to_bf16
 from reference.lazy import LazyBuffer, Storage
 from reference.multi import MultiLazyBuffer
-from reference.ops import LoadOps, ReduceOps, UnaryOps
+from reference.ops import GatherOps, LoadOps, ReduceOps, UnaryOps
 from reference.shape import apply_movement
 
 
@@ -56,6 +56,8 @@ def compute(lb: LazyBuffer, vals: list[Array]) -> Array:
         return ops.bitcast(vals[0], lb.dtype)
     if isinstance(op, ReduceOps):
         return ops.reduce(op, lb.srcs[0].dtype, vals[0], lb.arg)
+    if op is GatherOps.GATHER:
+        return ops.gather(vals[0], vals[1], lb.arg)
     return ops.elementwise(op, lb.srcs[-1].dtype, vals)
 
 

@@ -60,8 +60,10 @@ def node_dtype(node: LazyOp) -> DType:
 
 
 def _check_leaf_shapes(nodes: list[LazyOp], allowed: tuple[tuple[sint, ...], ...], where: str) -> None:
-    for node in nodes:
-        if node.op in (BufferOps.LOAD, BufferOps.CONST) and node.arg.st.shape not in allowed:
+    for node in nodes:  # a gathered LOAD (one source) has one more axis, the last (fast/ops.py LazyOp)
+        if node.op not in (BufferOps.LOAD, BufferOps.CONST):
+            continue
+        if (node.arg.st.shape[:-1] if node.src else node.arg.st.shape) not in allowed:
             raise ValueError(f"lower: {node.op.name} {where} has shape {node.arg.st.shape}, expected one of {allowed}")
 
 
@@ -102,7 +104,8 @@ def _reduces(nodes: list[LazyOp]) -> tuple[list[LazyOp], dict[int, int]]:
 
 def _reduce_shape(reduce: LazyOp) -> tuple[tuple[sint, ...], tuple[int, ...]]:
     """(full shape, axes) of a reduce, checked."""
-    leaf = next((node for node in reduce.walk() if node.op in (BufferOps.LOAD, BufferOps.CONST)), None)
+    leaf = next((node for node in reduce.walk() if node.op in (BufferOps.LOAD, BufferOps.CONST) and not node.src),
+                None)
     if leaf is None:
         raise ValueError(f"lower: {reduce.op.name} reduces nothing (no LOAD or CONST below it)")
     full_shape, axes = tuple(leaf.arg.st.shape), tuple(reduce.arg)

@@ -36,6 +36,7 @@ from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_
 from fast.codegen.builder import IRBuilder
 from fast.codegen.const_args import const_name, define_params, leaf_value
 from fast.codegen.fma import fuse_accumulations
+from fast.codegen.gather import gathered_load
 from fast.codegen.indexing import IndexRenderer
 from fast.codegen.ir import (
     INT64,
@@ -133,7 +134,10 @@ class _Lowering:
     def _access(self, st: Any, group: Group, dtype: DType) -> tuple[str, list[tuple[Node, Node]]]:
         """How a group reads or writes a view: "uniform" (one element for every lane), "vector"
         (consecutive elements, one validity) or "lanes"; with each lane's (index, valid)."""
-        places = [st.expr_idxs(self._idxs(env)) for env in group]
+        return self._kind([st.expr_idxs(self._idxs(env)) for env in group], dtype)
+
+    def _kind(self, places: list[tuple[Node, Node]], dtype: DType) -> tuple[str, list[tuple[Node, Node]]]:
+        """`_access`'s answer for the lanes' (index, valid) places."""
         first_index, first_valid = places[0]
         if all(place == places[0] for place in places[1:]):
             return "uniform", places
@@ -188,7 +192,9 @@ class _Lowering:
         for current in _post_order(node):
             if id(current) in memo:
                 continue
-            if current.op in (BufferOps.LOAD, BufferOps.CONST):
+            if current.op in (BufferOps.LOAD, BufferOps.CONST) and current.src:  # a gathered LOAD
+                ref = gathered_load(self, current, group, memo[id(current.src[0])])
+            elif current.op in (BufferOps.LOAD, BufferOps.CONST):
                 ref = self._load(current, group)
             elif isinstance(current.op, ReduceOps):
                 ref = reduce_values[id(current)]
@@ -417,7 +423,7 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     """Lower a kernel AST for a renderer with `options`; verified when DEBUG >= 3. `const_params`:
     every CONST leaf's value is a kernel parameter (codegen/const_args.py), not an inline constant."""
     info = analyze(ast)
-    loads = [node.arg.st.real_strides() for node in ast.walk() if node.op is BufferOps.LOAD]
+    loads = [node.arg.st.real_strides()[:-1 if node.src else None] for node in ast.walk() if node.op is BufferOps.LOAD]
     plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options,
                        loads, _kernel_lanes(info, options), _chunkable(info, ast), info.row)
     flops, mem_bytes = estimates(info)

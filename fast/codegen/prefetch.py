@@ -37,7 +37,7 @@ def prefetched_loads(info: KernelInfo) -> tuple[LazyOp, ...]:
     outputs = {store.arg.idx for store in info.stores}
     loads: dict[tuple[int, object], LazyOp] = {}
     for node in info.reduces[0].walk():
-        if node.op is BufferOps.LOAD and node.arg.idx not in outputs:
+        if node.op is BufferOps.LOAD and not node.src and node.arg.idx not in outputs:  # not gathered loads
             loads.setdefault((node.arg.idx, node.arg.st), node)
     row_elements = 1
     for axis in info.reduce_axes:

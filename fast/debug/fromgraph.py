@@ -31,7 +31,7 @@ from fast.debug.values import read
 from fast.graph import node
 from fast.graph.multi import MultiLazyBuffer
 from fast.graph.node import LazyBuffer
-from fast.ops import BinaryOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
+from fast.ops import BinaryOps, GatherOps, LoadOps, ReduceOps, TernaryOps, UnaryOps
 
 Item = Record | Unrecorded
 
@@ -177,6 +177,8 @@ def _op_call(base: LazyBuffer, count: int) -> tuple[str, str, tuple[Any, ...], d
         return "self", method, args, kwargs
     if isinstance(op, ReduceOps):
         return "self", "r", (EnumRef("ReduceOps", op.name), tuple(base.arg)), {}
+    if op is GatherOps.GATHER:
+        return "self", "gather", (slots[1], base.arg), {}
     if isinstance(op, (UnaryOps, BinaryOps, TernaryOps)):
         return "self", "e", (EnumRef(type(op).__name__, op.name), *slots[1:]), {}
     raise ValueError(f"fast.debug: cannot replay {op} of {base!r}")

@@ -137,6 +137,7 @@ def _install() -> None:
     for name in BUILDERS:
         _patch(LazyBuffer, name, "self")
         _patch(MultiLazyBuffer, name, "self")
+    _patch(LazyBuffer, "gather", "self")  # (LazyBuffer only: a MultiLazyBuffer has no gather)
     _patch(LazyBuffer, "loadop", "LazyBuffer")
     _patch(MultiLazyBuffer, "from_sharded", "MultiLazyBuffer")
     _patch(MultiLazyBuffer, "__init__", "MultiLazyBuffer")

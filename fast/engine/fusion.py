@@ -8,6 +8,8 @@ Legality ("may these fuse?") is a set of pure functions of the graph and the cur
   - `is_expanding_view`, `has_pad_mask`, `is_identity_view`: properties of one edge;
   - `op_keeps_zero`, `pad_is_safe`: may a base be computed through a pad mask;
   - `reduce_fusion_target`: the one kernel a reduce may join, or None.
+  - a GATHER reads both sources from buffers (they are realized); the gather itself is inlined into
+    its readers like an elementwise op (a gathered LOAD), under the same expand and pad rules.
   - `is_row_broadcast`, `row_computable`: may a reduced row be read back along the row in-kernel.
 Policy ("which fusion first?") lives in `choose_realizes`: fixed rules first (outputs, loads,
 forced realizes, expands other than row broadcasts), then unsafe pads in topological order
@@ -42,6 +44,7 @@ from fast.ops import (
     UNARY_BITCAST,
     UNARY_CAST,
     BinaryOps,
+    GatherOps,
     LoadOps,
     ReduceOps,
     TernaryOps,
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
     from fast.shape.view import View
 
 ELEMENTWISE = (UnaryOps, BinaryOps, TernaryOps)
+GATHER = GatherOps.GATHER
 SOURCE_MUST_BE_REALIZED = frozenset({LOAD_COPY, LOAD_CUSTOM, LOAD_VIEW})
 
 
@@ -352,12 +356,15 @@ class Fusion:
 
 def _fixed_realizes(graph: Graph) -> dict[LazyBuffer, None]:
     """Outputs (except plain constants), non-CONST loads, forced realizes, sources that must be
-    buffers (COPY, CUSTOM, VIEW), and unrealized non-constant bases read through an expand."""
+    buffers (COPY, CUSTOM, VIEW; both sources of a GATHER, even constants), and unrealized
+    non-constant bases read through an expand."""
     realizes: dict[LazyBuffer, None] = {out: None for out in graph.outputs if not is_const_base(out)}
     for node in graph.order:
         if (isinstance(node.op, LoadOps) and node.op is not LOAD_CONST) or node.forced_realize:
             realizes[node] = None
         for src in node.srcs:
+            if node.op is GATHER and is_unrealized(src):  # read from buffers, constants too (gather.py)
+                realizes[src.base] = None
             if not is_unrealized(src) or is_const_base(src.base):
                 continue
             if node.op in SOURCE_MUST_BE_REALIZED or is_disk_assign(node):

@@ -31,7 +31,7 @@ def signature(item: ScheduleItem) -> tuple[Any, ...] | None:
     rows = set()
     for node in item.ast.walk():
         if isinstance(node.op, ReduceOps):
-            leaf = next(n for n in node.walk() if n.op in (BufferOps.LOAD, BufferOps.CONST))
+            leaf = next(n for n in node.walk() if n.op in (BufferOps.LOAD, BufferOps.CONST) and not n.src)
             rows.add((node.arg, tuple(leaf.arg.st.shape)))
     if len(rows) > 1:
         return None
@@ -77,7 +77,7 @@ def merge_items(first: ScheduleItem, second: ScheduleItem) -> ScheduleItem:
 
     stores = _reindex(first.ast, mapping(first, 0)) + _reindex(second.ast, mapping(second, len(first.outputs)))
     return ScheduleItem(LazyOp(KernelOps.SINK, tuple(stores)), (*outputs, *inputs),
-                        {**first.var_vals, **second.var_vals})
+                        {**first.var_vals, **second.var_vals}, index_checks=first.index_checks + second.index_checks)
 
 
 def _shares_input(first: ScheduleItem, second: ScheduleItem) -> bool:

@@ -35,7 +35,7 @@ from fast.codegen import format_program, lower
 from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
 from fast.device import Buffer, Device
-from fast.engine import fma_guard, replay, replay_lanes
+from fast.engine import fma_guard, gathers, replay, replay_lanes
 from fast.engine.dumps import dump_stages, format_ast
 from fast.engine.items import require_allocated, run_copy, run_custom
 from fast.engine.programs import ProgramCache
@@ -193,6 +193,8 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> str:
     if len(constants) != program.const_slots:
         raise RuntimeError(f"run_schedule: {program.name} takes {program.const_slots} constants, got {len(constants)}")
     require_allocated(item)
+    if item.index_checks:  # out-of-range gather indices raise before anything is written
+        gathers.check_indices(item.index_checks)
     for buffer in item.outputs:
         buffer.allocate(zeroed=False)  # a kernel writes every element of its outputs
     guarded = bool(program.bounded_inputs)
@@ -349,6 +351,10 @@ def _print_realized(start: float, ran: list[LazyOp]) -> None:
 def _replay(template: replay.Template, signature: replay.Signature) -> bool:
     """Run a recorded schedule over the graph of `signature`; False (nothing run) when the graph's
     constants differ from the recorded ones and the template cannot take new values."""
+    if template.index_checks:  # gather indices (leaves, realized): checked before any item runs
+        leaves = signature.leaves
+        gathers.check_indices(tuple(gathers.IndexCheck(leaves[number].realized, *rest)  # type: ignore[arg-type]
+                                    for number, *rest in template.index_checks))
     same_values = tuple(signature.consts) == template.consts
     settings = config.get()
     quiet = settings.debug < 2 and (not settings.dump_ir or not dump_stages())

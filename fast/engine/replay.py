@@ -2,11 +2,13 @@
 skips fusion and scheduling and runs the recorded kernels with this graph's buffers.
 
 What may be replayed (`signature` returns None otherwise, and the graph is scheduled as usual):
-every unrealized base is an elementwise op, a reduce or a constant, not forced to realize, or a copy
+every unrealized base is an elementwise op, a reduce, a gather or a constant, not forced to realize, or a copy
 between compute devices (what a sharded reduction's all-reduce builds), with integer shapes, on
 compute devices; every other base it reads is realized. No assign, view, custom or contiguous op
 takes part, so no buffer version or aliasing decides anything; stale reads and stale outputs are
-checked exactly as the scheduler checks them. Only schedules whose items are kernels and copies
+checked exactly as the scheduler checks them. A gather (GATHER base) is replayed too when its
+indices are a realized leaf: the template keeps its index checks (engine/gathers.py), which run
+before any of its items. Only schedules whose items are kernels and copies
 over the graph's own buffers are recorded (`record`); one-device kernel-only templates run directly
 (`Template.direct`), the others through `run_schedule` (devices in parallel, copies).
 
@@ -41,6 +43,7 @@ from fast.ops import (
     LOAD_CONST,
     LOAD_COPY,
     BinaryOps,
+    GatherOps,
     ReduceOps,
     TernaryOps,
     UnaryOps,
@@ -80,9 +83,11 @@ class Template:
     kernels: list[Any] = field(default_factory=list, compare=False)  # per item, (kernel, constants) or None (a copy)
     plans: list[Any] = field(default_factory=list, compare=False)  # its lane plan, found on first replay
     native: list[Any] = field(default_factory=list, compare=False)  # its replay_lanes plan, found from `plans`
+    index_checks: tuple[tuple[int, DType, int, int, int], ...] = ()  # (leaf, dtype, count, size, axis) per gather
 
 
-_REPLAYABLE = frozenset(id(op) for kind in (*_ELEMENTWISE, ReduceOps) for op in kind) | {id(LOAD_CONST)}
+_REPLAYABLE = frozenset(id(op) for kind in (*_ELEMENTWISE, ReduceOps) for op in kind) | {id(LOAD_CONST)} \
+    | {id(GatherOps.GATHER)}
 
 
 def _static_entry(base: LazyBuffer) -> tuple[Any, ...]:
@@ -218,18 +223,25 @@ def record(sig: Signature, steps: Sequence[Step]) -> Template | None:
     numbers = {id(base): number for number, base in enumerate(sig.bases)}
     items: list[tuple[Any, tuple[tuple[str, int], ...]]] = []
     realized: list[int] = []
+    checks: list[tuple[int, DType, int, int, int]] = []
     for step in steps:
         item = step.item
         if item.ast.op not in (KERNEL_SINK, LOAD_COPY) or item.assign or item.var_vals \
                 or any(id(buffer) not in where for buffer in item.bufs):
             return None
+        for check in item.index_checks:  # gather indices: leaves only, so all are checked before any item runs
+            kind, number = where.get(id(check.buffer), ("", -1))
+            if kind != "leaf":
+                return None
+            checks.append((number, check.dtype, check.count, check.size, check.axis))
         items.append((item.ast, tuple(where[id(buffer)] for buffer in item.bufs)))
         realized.extend(numbers[id(owner)] for owner in step.owners if id(owner) in numbers)
     devices = {step.item.bufs[0].device for step in steps}
     direct = all(step.item.ast.op is KERNEL_SINK for step in steps) and len(devices) <= 1 \
         and all(mpi.is_mine(device) for device in devices)  # another rank's kernels never launch here
     slot_maps, structures = _slot_maps(sig, [ast for ast, _ in items]) if direct else ((), ())
-    return Template(tuple(items), tuple(realized), direct, tuple(sig.consts), slot_maps, structures)
+    return Template(tuple(items), tuple(realized), direct, tuple(sig.consts), slot_maps, structures,
+                    index_checks=tuple(checks))
 
 
 def _slot_maps(sig: Signature, asts: list[Any]) -> tuple[tuple[tuple[int, ...], ...], tuple[Any, ...]]:

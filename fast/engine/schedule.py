@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fast.device import Buffer
-from fast.engine import fusion
+from fast.engine import fusion, gathers
 from fast.graph.node import LazyBuffer
 from fast.graph.versions import check_fresh
 from fast.ops import (
@@ -44,6 +44,7 @@ from fast.ops import (
     UNARY_BITCAST,
     UNARY_CAST,
     ConstBuffer,
+    GatherOps,
     LazyOp,
     LoadOps,
     MemBuffer,
@@ -52,6 +53,7 @@ from fast.ops import (
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Node, Variable
 
+GATHER = GatherOps.GATHER
 NOT_KERNELS = frozenset({LOAD_COPY, LOAD_CUSTOM, LOAD_EMPTY, LOAD_VIEW})
 
 
@@ -67,13 +69,15 @@ class CustomCall:
 @dataclass(frozen=True)
 class ScheduleItem:
     """One step: `ast` (SINK of STOREs, or a LoadOps op), `bufs` (outputs, then inputs in
-    MemBuffer.idx order), `var_vals` (symbolic variable values), and `assign`: the outputs are
-    assign targets, whose Buffer versions realize bumps once the item has run."""
+    MemBuffer.idx order), `var_vals` (symbolic variable values), `assign`: the outputs are
+    assign targets, whose Buffer versions realize bumps once the item has run, and `index_checks`:
+    the indices of the gathers the kernel computes, checked before it runs (engine/gathers.py)."""
 
     ast: LazyOp
     bufs: tuple[Buffer, ...]
     var_vals: Mapping[Variable, int] = field(default_factory=dict, hash=False)
     assign: bool = False
+    index_checks: tuple[gathers.IndexCheck, ...] = ()  # run before the kernel (engine/gathers.py)
 
     @property
     def output_count(self) -> int:
@@ -101,6 +105,7 @@ class KernelBuilder:
         self.read_bases: list[LazyBuffer] = []
         self.var_vals: dict[Variable, int] = {}
         self.memo: dict[tuple[int, ShapeTracker], LazyOp] = {}
+        self.index_checks: list[gathers.IndexCheck] = []
 
     def kernel(self, value: LazyBuffer, iteration_shape: tuple[Any, ...], root: bool) -> LazyOp:
         """SINK(STORE(value)) over `iteration_shape` (same size as value's shape). With `root`,
@@ -170,6 +175,10 @@ class KernelBuilder:
             return [self._place(source, ShapeTracker.from_shape(source.shape))]
         if isinstance(op, LoadOps):
             raise RuntimeError(f"scheduler: {op.name} {base!r} must be realized before a kernel reads it")
+        if op is GATHER:
+            x, idx = base.srcs
+            read = gathers.source_view(x.shape, idx.shape, base.arg, st)
+            return [self._place(x, read), self._place(idx, gathers.index_view(x.shape, idx.shape, base.arg, st))]
         return [self._place(src, st) for src in base.srcs]
 
     def _make(self, base: LazyBuffer, st: ShapeTracker, srcs: list[LazyOp]) -> LazyOp:
@@ -181,8 +190,23 @@ class KernelBuilder:
             return srcs[0]
         if isinstance(op, ReduceOps):
             return LazyOp(op, (srcs[0],), base.arg)
+        if op is GATHER:
+            return self._gathered(base, srcs[0], srcs[1])
         arg = base.arg if op in (UNARY_CAST, UNARY_BITCAST) else None  # canonical: equal graphs, equal ASTs
         return LazyOp(op, tuple(srcs), arg)
+
+    def _gathered(self, base: LazyBuffer, source: LazyOp, index: LazyOp) -> LazyOp:
+        """The gathered LOAD of a GATHER base (engine/gathers.py), noting the check of its indices."""
+        x, idx = base.srcs
+        buffer = self.boundary(idx.base)
+        if source.op is not BUFFER_LOAD or source.src or index.op is not BUFFER_LOAD or buffer is None:
+            raise RuntimeError(f"scheduler: the sources of gather {base!r} must be realized before a kernel reads it")
+        bound = _bound_shape((x.shape[base.arg], idx.size))
+        check = gathers.IndexCheck(buffer, idx.dtype, bound[1], bound[0], base.arg)
+        if not any(known.buffer is buffer and (known.count, known.size) == (check.count, check.size)
+                   for known in self.index_checks):
+            self.index_checks.append(check)
+        return LazyOp(BUFFER_LOAD, (index,), source.arg)
 
     def _unbind(self, st: ShapeTracker) -> ShapeTracker:
         unbound, values = st.simplify().unbind()
@@ -260,7 +284,8 @@ class StepBuilder:
         builder = KernelBuilder(output, self.boundary)
         ast = builder.kernel(value, iteration or value.shape, root=root)
         item = ScheduleItem(ast, (output, *builder.inputs), builder.var_vals,
-                            assign=written is owner and owner.op is LOAD_ASSIGN)
+                            assign=written is owner and owner.op is LOAD_ASSIGN,
+                            index_checks=tuple(builder.index_checks))
         reads = tuple(self.key(base) for base in builder.read_bases)
         direct = tuple(base for base in builder.read_bases if base not in self.substitutions)
         return Step(item, (written,), reads, direct, owner)

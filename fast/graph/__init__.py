@@ -18,6 +18,7 @@ statement (inside functions and under `if TYPE_CHECKING:` too) and checks these 
                     op, constants and the movement ops itself: the hot path of graph building
 2. operations.py    the longer operations: folds applied to the graph, reduce (folded, split), cast,
                     bitcast, contiguous, copy_to_device, assign; and from_numpy
+   gather.py        gather (an indexed read along one axis: the node `xp.take` builds)
    allreduce.py     naive and ring all-reduce of per-device LazyBuffers (graphs of copies and adds)
 3. multi_checks.py  validation of MultiLazyBuffer arguments and layouts
 4. multi.py         MultiLazyBuffer
@@ -37,6 +38,7 @@ How the layers stay one-way:
   methods validate, then call the entry. (A test planting a bug in an operation must set the table
   entry: the methods do not call the module attribute.)
 """
+from fast.graph import gather as _gather  # noqa: F401  (importing it fills node.OPERATIONS.gather)
 from fast.graph.multi import MultiLazyBuffer
 from fast.graph.node import LazyBuffer
 from fast.graph.operations import from_numpy  # (importing operations also fills node.OPERATIONS)

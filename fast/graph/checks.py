@@ -308,3 +308,22 @@ def check_assign(target: Operand, value: object, node_type: type[Lazy]) -> Lazy:
     if x.device != target.device:
         raise ValueError(f"ASSIGN: device mismatch, target {target.device} vs value {x.device}")
     return x
+
+
+def check_gather(x: Operand, indices: object, axis: object, node_type: type[Lazy]) -> tuple[Lazy, int]:
+    """Validate `x.gather(indices, axis)`; returns (indices, axis). `indices` must be a `node_type` of an
+    integer dtype on x's device (a compute device); `axis` an int in [0, x.ndim). A non-empty gather
+    from an axis of size 0 is an IndexError here (every index is out of range; docs/semantics.md)."""
+    idx = check_lazy("gather", indices, node_type)
+    if not dtypes.is_int(idx.dtype):
+        raise TypeError(f"gather: indices must have an integer dtype, got {idx.dtype.name}")
+    if type(axis) is not int or not 0 <= axis < len(x.shape):
+        raise ValueError(f"gather: axis {axis!r} is out of range for shape {x.shape}")
+    if idx.device != x.device:
+        raise ValueError(f"gather: x is on {x.device} and indices on {idx.device}")
+    check_compute_device("gather", x.device)
+    rest = (*x.shape[:axis], *idx.shape, *x.shape[axis + 1:])
+    if bound_value(x.shape[axis]) == 0 and _bound_count(rest) != 0:
+        raise IndexError(f"gather: cannot take indices of shape {idx.shape} from axis {axis} of size 0 "
+                         f"(shape {x.shape})")
+    return idx, axis

@@ -71,7 +71,7 @@ class Operations:
     them with validated arguments. (A test planting a bug in one sets the entry, not the function.)"""
 
     __slots__ = ("fold_constants", "double_negation", "reduce", "cast", "bitcast", "contiguous", "copy_to_device",
-                 "assign")
+                 "assign", "gather")
     fold_constants: Callable[[Op, tuple[LazyBuffer, ...], DType], LazyBuffer | None]
     double_negation: Callable[[LazyBuffer], LazyBuffer | None]
     reduce: Callable[[LazyBuffer, ReduceOps, tuple[int, ...]], LazyBuffer]
@@ -80,6 +80,7 @@ class Operations:
     contiguous: Callable[[LazyBuffer], LazyBuffer]
     copy_to_device: Callable[[LazyBuffer, str, bool], LazyBuffer]
     assign: Callable[[LazyBuffer, LazyBuffer], LazyBuffer]
+    gather: Callable[[LazyBuffer, LazyBuffer, int], LazyBuffer]
 
 
 OPERATIONS = Operations()
@@ -284,6 +285,11 @@ class LazyBuffer:
         """Write `x` into this (realized) buffer's memory when realized; returns the ASSIGN node (a
         zero-size target, having nothing to write, is returned itself)."""
         return OPERATIONS.assign(self, checks.check_assign(self, x, LazyBuffer))
+
+    def gather(self, indices: LazyBuffer, axis: int) -> LazyBuffer:
+        """x[..., indices[i...], ...] along `axis` (fast/graph/gather.py; docs/semantics.md "Gather")."""
+        idx, checked = checks.check_gather(self, indices, axis, LazyBuffer)
+        return OPERATIONS.gather(self, idx, checked)
 
     # ------------------------------------------------------------ movement (views, never copies)
 

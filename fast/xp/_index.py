@@ -5,9 +5,11 @@ reshape. `__setitem__` with a basic key builds the inverse view of the value (pa
 for steps other than 1) and selects it with WHERE against the old value (the array is rebound,
 nothing is written in place); with a boolean array key (same shape as the leading dims) it is a
 WHERE too. `x[bool_array]` has a data-dependent shape: the mask is realized at once and the
-result is a `take` of the flattened array. `take` (and `x[int_array]`) is a CUSTOM node: the
-gather runs on the host with numpy when the graph is realized; negative indices count from the
-end and out-of-range indices are clipped to the axis (the standard leaves them unspecified).
+result is a `take` of the flattened array. `take` (and `x[int_array]`) is the backend's
+`LazyBuffer.gather` node: in `fast` a gathered load inside a kernel, fused with what reads it.
+Negative indices in [-n, -1] count from the end; any other out-of-range index raises IndexError
+(naming take and the index) when the result is realized (the standard leaves them unspecified;
+docs/semantics.md, "Gather").
 """
 from __future__ import annotations
 
@@ -115,15 +117,9 @@ class IndexMixin(ManipulationMixin):
         n = arr.shape[ax]
         if n == 0 and idx.size:
             raise IndexError(f"take: cannot take from an empty axis {ax} of shape {arr.shape}")
-        shape = (*arr.shape[:ax], *idx.shape, *arr.shape[ax + 1:])
-
-        def gather(out: np.ndarray, values: np.ndarray, where: np.ndarray) -> None:
-            wrapped = np.where(where < 0, where.astype(np.int64) + n, where)
-            out[...] = np.take(values, wrapped, axis=ax, mode="clip")
-
         if idx.device != arr.device:
             raise ValueError(f"take: x on {arr.device} and indices on {idx.device}")
-        return self._wrap(self._backend.custom(gather, shape, arr.dtype, arr.device, (arr._lb, idx._lb)))
+        return self._wrap(arr._lb.gather(idx._lb, ax))
 
     # ------------------------------------------------------------ __setitem__
 

@@ -359,3 +359,24 @@ def test_block_reductions_on_two_devices_at_once():
             fast.realize(sharded)
             total = fast.to_numpy(sharded.e(BinaryOps.MUL, sharded).r(ReduceOps.SUM, (1,)))
             np.testing.assert_allclose(total.ravel(), (data * data).sum(1), rtol=1e-4)
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64, np.uint8])
+def test_gathers_match_reference(launch, index_dtype):
+    """Gathered loads rendered as CUDA C: edge indices along each axis of a flipped, padded view,
+    fused with an add (the embedding pattern), against reference; out-of-range indices raise."""
+    data = np.arange(6 * 40, dtype=np.float32).reshape(6, 40)
+    results = {}
+    for impl in (fast, reference):
+        x = impl.from_numpy(data, "CUDA").stride((-1, 1)).pad(((1, 0), (0, 3)))  # (7, 43)
+        outs = []
+        for axis, n in enumerate((7, 43)):
+            edges = [0, n - 1, 1, n // 2] + ([-1, -n] if np.dtype(index_dtype).kind == "i" else [])
+            idx = impl.from_numpy(np.array(edges, index_dtype), "CUDA")
+            gathered = x.gather(idx, axis)
+            outs.append(gathered.e(impl.BinaryOps.ADD, gathered))
+        results[impl.__name__] = [impl.to_numpy(out) for out in outs]
+        with pytest.raises(IndexError, match="take"):
+            impl.realize(x.gather(impl.from_numpy(np.array([7], index_dtype), "CUDA"), 0))
+    for got, want in zip(results["fast"], results["reference"], strict=True):
+        _same(got, want, "gather")

@@ -60,3 +60,19 @@ def test_transformer_matches_numpy(model, target):
     got = example.encode(weights, xp.asarray(ids, device=device), xp.asarray(mask, device=device), CONFIG)
     assert got.__array_namespace__() is xp
     np.testing.assert_allclose(np.asarray(got), expected, rtol=2e-5, atol=2e-5)
+
+
+def test_the_embedding_gather_is_fused_into_the_first_layernorm(model):
+    """`xp.take` of the token embeddings is a gathered load, not a host CUSTOM step: no CUSTOM item
+    in the schedule, and the gather, the position and type adds and the embedding layernorm are one
+    kernel whose indices are checked before it runs (engine/gathers.py)."""
+    path, _, ids, mask = model
+    weights = example.load(path, fast.xp, "CLANG")
+    got = example.encode(weights, fast.xp.asarray(ids, device="CLANG"), fast.xp.asarray(mask, device="CLANG"), CONFIG)
+    items = fast.schedule(got.lazy)
+    assert [item for item in items if item.ast.op is fast.LoadOps.CUSTOM] == []
+    gathering = [item for item in items if any(node.op is fast.ops.BufferOps.LOAD and node.src
+                                               for node in item.ast.walk())]
+    assert len(gathering) == 1
+    assert sum(isinstance(node.op, fast.ReduceOps) for node in gathering[0].ast.walk()) == 2  # mean and variance
+    assert [(check.count, check.size) for check in gathering[0].index_checks] == [(ids.size, 50)]
