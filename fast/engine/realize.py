@@ -35,7 +35,7 @@ from fast.codegen import format_program, lower
 from fast.codegen.const_args import kernel_keys
 from fast.codegen.ir import LinearProgram
 from fast.device import Buffer, Device
-from fast.engine import fma_guard, gathers, replay, replay_lanes
+from fast.engine import fma_guard, gathers, program_store, replay, replay_lanes
 from fast.engine.dumps import dump_stages, format_ast
 from fast.engine.items import require_allocated, run_copy, run_custom
 from fast.engine.programs import ProgramCache
@@ -107,12 +107,19 @@ def compile_item(ast: LazyOp, device: str, const_params: bool = False, fuse: boo
     if debug >= 3 or "ast" in stages:
         print(f"--- ast ({device})\n{format_ast(ast)}")
     options = compiled.renderer.options if fuse else replace(compiled.renderer.options, fused_multiply_add=False)
-    program = lower(ast, options, const_params=const_params)
-    if debug >= 3 or "ir" in stages:
-        print(f"--- ir ({device})\n{format_program(program)}")
-    source = compiled.renderer.render(program)
-    if debug >= 4 or "source" in stages:
-        print(f"--- source ({device})\n{source}")
+    renderer = compiled.renderer
+    key = program_store.program_key(ast, type(renderer).__qualname__, options, (lowering_settings(), const_params))
+    stored = None if debug >= 3 or {"ir", "source"} & stages else program_store.load(key)
+    if stored is None:
+        program = lower(ast, options, const_params=const_params)
+        if debug >= 3 or "ir" in stages:
+            print(f"--- ir ({device})\n{format_program(program)}")
+        source = renderer.render(program)
+        if debug >= 4 or "source" in stages:
+            print(f"--- source ({device})\n{source}")
+        program_store.save(key, program, source)
+    else:
+        program, source = stored
     library = compiled.compiler.compile_cached(source)
     launch_dims = compiled.renderer.launch_dims(program)
     for observe in COMPILE_OBSERVERS:

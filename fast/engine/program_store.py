@@ -1,0 +1,94 @@
+"""Lowered and rendered kernels kept on disk, so that the first call of a process with a warm cache
+lowers, renders and compiles nothing (SPEC §6): `compile_item` asks `load` before lowering and
+`save`s what it lowered.
+
+Key: sha256 of everything lowering and rendering read, each in a canonical text form:
+- `code_digest()`: the source of the modules that lower and render (fast/codegen, fast/renderer,
+  fast/shape, fast/ops.py, fast/dtype.py), so any change to them is a new key;
+- the device's renderer class and the `RendererOptions` lowering got (frozensets sorted; FMA off
+  for the unfused variant), the lowering settings (`lowering_settings`: NOOPT, PARALLEL_MIN_WORK)
+  and whether constants are parameters;
+- the AST's structure and constant bits (`kernel_keys`: every node's op, arg and sources; views,
+  dtypes, bound-free Variables and constants by bit pattern).
+Value: a pickle of (LinearProgram, source). Files are written atomically next to the compiled
+libraries (`FAST_CACHE_DIR`, runtime/base.py), so parallel processes and tests are safe; a file
+that cannot be read or unpickled is treated as missing. `DISABLE_COMPILER_CACHE=1` turns the store
+off with the library cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from fast import config
+from fast.codegen.const_args import kernel_keys
+from fast.codegen.ir import LinearProgram
+from fast.ops import LazyOp
+from fast.runtime.base import atomic_write
+
+_CODE_PARTS = ("codegen", "renderer", "shape", "ops.py", "dtype.py")
+NAMESPACE = "programs"
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 of the source files of the modules that lower and render kernels."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for part in _CODE_PARTS:
+        path = root / part
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    """A text form equal across processes for equal values (sets sorted; hash seeds vary)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = (f"{field.name}={_canonical(getattr(value, field.name))}" for field in dataclasses.fields(value))
+        return f"{type(value).__name__}({', '.join(fields)})"
+    if isinstance(value, (frozenset, set)):
+        return "{" + ", ".join(sorted(_canonical(item) for item in value)) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_canonical(item) for item in value) + ")"
+    return repr(value)
+
+
+def program_key(ast: LazyOp, renderer: str, options: Any, settings: tuple[Any, ...]) -> str:
+    """The store's key of one kernel (module docstring): `renderer` names the renderer's class,
+    `options` are the RendererOptions lowering got, `settings` the rest (lowering settings, constant
+    parameters or not)."""
+    structure, bits = kernel_keys(ast)
+    text = "\0".join((code_digest(), renderer, _canonical(options), repr(settings), repr(structure.nodes), repr(bits)))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _path(key: str) -> str:
+    return os.path.join(config.get().cache_dir, NAMESPACE, key[:2], key + ".pkl")
+
+
+def load(key: str) -> tuple[LinearProgram, str] | None:
+    """The stored (program, source) of `key`, or None."""
+    if config.get().disable_compile_cache:
+        return None
+    try:
+        with open(_path(key), "rb") as handle:
+            program, source = pickle.load(handle)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError):
+        return None
+    return (program, source) if isinstance(program, LinearProgram) and isinstance(source, str) else None
+
+
+def save(key: str, program: LinearProgram, source: str) -> None:
+    """Store (program, source) under `key` (atomically; a failure to write only costs a later miss)."""
+    if config.get().disable_compile_cache:
+        return
+    try:
+        atomic_write(_path(key), pickle.dumps((program, source), protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError:
+        pass

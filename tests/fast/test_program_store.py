@@ -1,0 +1,88 @@
+"""Lowered and rendered kernels kept on disk (fast/engine/program_store.py): a process whose cache is
+warm lowers and renders nothing; keys change with the constants' bits, the renderer options, the
+lowering settings and the code; unreadable files are misses."""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fast
+from fast import config
+from fast.engine import program_store
+from fast.engine.realize import AST_KERNELS, PROGRAMS
+from fast.renderer.base import cpu_options
+
+DEVICES = ("CLANG", "LLVM")
+realize = importlib.import_module("fast.engine.realize")  # the package exports a function of that name
+
+
+@pytest.fixture()
+def empty_process_caches() -> Iterator[None]:
+    saved, saved_ast = dict(PROGRAMS), dict(AST_KERNELS)
+    PROGRAMS.clear()
+    AST_KERNELS.clear()
+    yield
+    PROGRAMS.clear()
+    AST_KERNELS.clear()
+    PROGRAMS.update(saved)
+    AST_KERNELS.update(saved_ast)
+
+
+def _graph(device: str, scale: float) -> Any:
+    x = fast.from_numpy(np.arange(40, dtype=np.float32).reshape(5, 8), device)
+    return x.e(fast.BinaryOps.MUL, x.const(scale)).r(fast.ReduceOps.SUM, (1,))
+
+
+def _lowerings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    original = realize.lower
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(realize, "lower", counting)
+    return calls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_warm_store_lowers_nothing(device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     empty_process_caches: None) -> None:
+    calls = _lowerings(monkeypatch)
+    with config.override(cache_dir=str(tmp_path)):
+        first = fast.to_numpy(_graph(device, 3.0))
+        assert calls, "the cold store lowers"
+        PROGRAMS.clear()
+        AST_KERNELS.clear()  # as in a new process: only the disk remains
+        calls.clear()
+        again = fast.to_numpy(_graph(device, 3.0))
+        assert not calls, "a warm store must not lower again"
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, (np.arange(40, dtype=np.float32).reshape(5, 8) * 3.0).sum(1, keepdims=True))
+
+
+def test_keys_follow_constants_options_and_settings() -> None:
+    x = fast.from_numpy(np.ones((4, 4), np.float32), "CLANG")
+    ast_one = fast.schedule(x.e(fast.BinaryOps.MUL, x.const(2.0)))[-1].ast
+    ast_zero = fast.schedule(x.e(fast.BinaryOps.MUL, x.const(-2.0)))[-1].ast
+    options, settings = cpu_options(32), ((False, 1), False)
+    key = program_store.program_key(ast_one, "CRenderer", options, settings)
+    assert key == program_store.program_key(ast_one, "CRenderer", cpu_options(32), settings)
+    assert key != program_store.program_key(ast_zero, "CRenderer", options, settings)
+    assert key != program_store.program_key(ast_one, "LLVMIRRenderer", options, settings)
+    assert key != program_store.program_key(ast_one, "CRenderer", cpu_options(64), settings)
+    assert key != program_store.program_key(ast_one, "CRenderer", options, ((True, 1), False))
+
+
+def test_unreadable_entries_are_misses(tmp_path: Path) -> None:
+    with config.override(cache_dir=str(tmp_path)):
+        key = "ab" + "0" * 62
+        Path(program_store._path(key)).parent.mkdir(parents=True)
+        Path(program_store._path(key)).write_bytes(b"not a pickle")
+        assert program_store.load(key) is None
+        with config.override(disable_compile_cache=True):
+            assert program_store.load(key) is None
