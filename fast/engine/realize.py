@@ -38,11 +38,13 @@ from fast.device import Buffer, Device
 from fast.engine import fma_guard, gathers, program_store, replay, replay_lanes
 from fast.engine.dumps import dump_stages, format_ast
 from fast.engine.items import require_allocated, run_copy, run_custom
+from fast.engine.prebuild import prebuild
 from fast.engine.programs import ProgramCache
 from fast.engine.schedule import ScheduleItem, Step, lazy_buffers, plan_schedule
 from fast.graph.node import LazyBuffer
 from fast.graph.versions import assign_realized
 from fast.ops import KernelOps, LazyOp, LoadOps
+from fast.runtime.cpu import thread_count
 from fast.runtime.launch import launch
 
 # Observers that fast/debug registers (GRAPH=1 pictures, the DEBUG=2 schedule table); the engine only calls
@@ -102,10 +104,22 @@ def compile_item(ast: LazyOp, device: str, const_params: bool = False, fuse: boo
     """The whole pipeline for one kernel AST on `device`, printing the stages asked for;
     `const_params`: the constants become kernel parameters (see `lower`); `fuse` False: no fused
     multiply-adds even where the renderer has them (codegen/fma.py)."""
+    compiled = Device[device]
+    if config.get().debug >= 3 or "ast" in dump_stages():
+        print(f"--- ast ({device})\n{format_ast(ast)}")
+    program, source = lowered(ast, device, const_params, fuse)
+    library = compiled.compiler.compile_cached(source)
+    launch_dims = compiled.renderer.launch_dims(program)
+    for observe in COMPILE_OBSERVERS:
+        observe(ast, device, const_params)
+    return CompiledKernel(program, source, compiled.runtime(program.name, library, launch_dims))
+
+
+def lowered(ast: LazyOp, device: str, const_params: bool = False, fuse: bool = True) -> tuple[LinearProgram, str]:
+    """(program, source) of a kernel AST on `device`: from the disk store (engine/program_store.py),
+    or lowered and rendered (printing the stages asked for) and stored."""
     debug, stages = config.get().debug, dump_stages()
     compiled = Device[device]
-    if debug >= 3 or "ast" in stages:
-        print(f"--- ast ({device})\n{format_ast(ast)}")
     options = compiled.renderer.options if fuse else replace(compiled.renderer.options, fused_multiply_add=False)
     renderer = compiled.renderer
     key = program_store.program_key(ast, type(renderer).__qualname__, options, (lowering_settings(), const_params))
@@ -118,13 +132,8 @@ def compile_item(ast: LazyOp, device: str, const_params: bool = False, fuse: boo
         if debug >= 4 or "source" in stages:
             print(f"--- source ({device})\n{source}")
         program_store.save(key, program, source)
-    else:
-        program, source = stored
-    library = compiled.compiler.compile_cached(source)
-    launch_dims = compiled.renderer.launch_dims(program)
-    for observe in COMPILE_OBSERVERS:
-        observe(ast, device, const_params)
-    return CompiledKernel(program, source, compiled.runtime(program.name, library, launch_dims))
+        return program, source
+    return stored
 
 
 def runnable(kernel: CompiledKernel, ast: LazyOp, device: str, buffers: Sequence[Buffer]) -> CompiledKernel:
@@ -268,11 +277,28 @@ def _run_and_record(number: int, item: ScheduleItem, debug: int, printing: Any =
                 print(line, flush=True)
 
 
+def _pending_build(item: ScheduleItem) -> tuple[Any, str] | None:
+    """For engine/prebuild.py: the (compiler, source) that running `item` would compile first (its
+    structure is new to this process, so it compiles inline), or None."""
+    device, settings = item.bufs[0].device, config.get()
+    compiler = Device[device].compiler
+    if not compiler.parallel_builds or settings.disable_compile_cache or settings.debug >= 3 or dump_stages():
+        return None  # (dumps print each stage once, in schedule order)
+    structure, bits = kernel_keys(item.ast)
+    lowering = lowering_settings()
+    keys = (("inline", device, lowering, structure, bits), ("params", device, lowering, structure))
+    with _CACHE_LOCK:
+        if any(key in PROGRAMS for key in keys):
+            return None
+    return compiler, lowered(item.ast, device)[1]
+
+
 def _compile_ahead(items: Sequence[ScheduleItem]) -> None:
     """Compile (or find) every kernel of a parallel run on the caller's thread, in schedule order, so
     compiles and their DEBUG>=3 / DUMP_IR output keep that order and no two threads drive a compiler
     at once (llvmlite's LLVM context is not thread-safe). A kernel that fails to compile is left to
     its item, which compiles it again and raises in schedule order."""
+    prebuild(items, _pending_build, thread_count())
     for item in items:
         if item.ast.op is KernelOps.SINK:
             try:
@@ -322,6 +348,8 @@ def run_schedule(items: Sequence[ScheduleItem], plans: list[Any] | None = None) 
             print(f"schedule {number}: {item.ast.op.name} bufs={list(item.bufs)}")
     if len(items) > 1 and _run_devices_in_parallel(items, debug, plans):
         return
+    if len(items) > 1:
+        prebuild(items, _pending_build, thread_count())
     for number, item in enumerate(items):
         _run_and_record(number, item, debug)
 

@@ -100,6 +100,9 @@ class Compiler(ABC):
     decides the output: compiler path and version, flags) and `compile(src)`."""
 
     cache_namespace = "compiler"
+    #: Each compile runs in its own process (and holds no lock of this one), so several may run at
+    #: once from threads (engine/prebuild.py).
+    parallel_builds = False
 
     @abstractmethod
     def identity(self) -> str: ...

@@ -110,6 +110,7 @@ class ClangCompiler(Compiler):
     """C source -> shared-library bytes; the identity covers compiler path, version and flags."""
 
     cache_namespace = "clang"
+    parallel_builds = True  # one compiler process per source
 
     def identity(self) -> str:
         path = compiler_path()
