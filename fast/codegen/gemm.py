@@ -69,6 +69,7 @@ class LoweringContext(Protocol):
     var_refs: dict[Variable, int]
     info: KernelInfo
     parallel: bool
+    prefetch: bool  # the renderer renders PREFETCH hints (and optimizations are on)
     thread_vars: tuple[int, int] | None
 
     def load_leaf(self, node: LazyOp, group: list[Env], also: int | None = None) -> int: ...

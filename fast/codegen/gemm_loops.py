@@ -34,6 +34,9 @@ from fast.ops import BinaryOps, TernaryOps, UnaryOps
 from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import Node, NumNode, Variable
 
+#: The longest rows of unpacked A whose next block is prefetched (cache lines per row: K / 16).
+PREFETCH_MAX_K = 256
+
 
 class _Emitter:
     """Writes the loops of gemm.py's docstring into the context's builder."""
@@ -46,6 +49,7 @@ class _Emitter:
         self.blocks = -(-self.m // tiles.rows)  # blocks of rows per batch
         self.full_panels, self.all_panels = self.n // tiles.columns, -(-self.n // tiles.columns)
         self.pack_a = self.k >= PACK_A_MIN_K and self.all_panels >= PACK_A_MIN_PANELS
+        self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
         self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
         self.packed_a = self.scratch(self.dtype, self.k * tiles.group_rows) if self.pack_a else None
@@ -274,6 +278,7 @@ class _Emitter:
         """`rows` x `columns` accumulators over K (fused where the tile's flags allow), then the
         epilogue and STOREs of each."""
         accs = [[self.b.define_acc(0.0, self.vector(width)) for _, width in columns] for _ in range(rows)]
+        self.prefetch_next_rows(block)
         if self.panel_ok is not None and self.rows_ok is not None:
             flags = (self.b.load(self.panel_ok.idx, dtypes.bool, self.render(self.local_panel(panel))),
                      self.b.load(self.rows_ok.idx, dtypes.bool, self.block_slot(block)))
@@ -289,6 +294,23 @@ class _Emitter:
             for acc, (offset, width) in zip(accs[row], columns, strict=True):
                 column = panel * self.tiles.columns + offset
                 self.epilogue([{**rows_env, self.shape.column: column + lane} for lane in range(width)], acc)
+
+    def prefetch_next_rows(self, block: Variable) -> None:
+        """Unpacked A: hint every cache line of the next block's rows (its K steps) while this tile
+        computes. Rows that stream from memory once each (attention's `p @ v`) are too short for the
+        hardware prefetchers to find; without the hint each block waits for its rows. Only where the
+        renderer has prefetches, K is at most `PREFETCH_MAX_K`, and the next rows exist."""
+        if self.packed_a is not None or not self.prefetch or self.k > PREFETCH_MAX_K:
+            return
+        step = max(1, 64 // self.dtype.itemsize)
+        st, sizes = self.shape.a.arg.st, self.shape.sizes
+        for row in range(self.tiles.rows):
+            following = block * self.tiles.rows + self.tiles.rows + row
+            exists = self.ctx.indexes.render_bool(following < self.m)
+            for position in range(0, self.k, step):
+                env = {**self.env, **self.split(self.shape.rows, following), self.shape.reduce: NumNode(position)}
+                index, valid = st.expr_idxs([env.get(axis, NumNode(0)) for axis in range(len(sizes))])
+                self.b.prefetch(self.shape.a.arg.idx, self.render(index), self.ctx.indexes.both(exists, valid))
 
     def vector(self, width: int) -> DType:
         return self.dtype.vec(width) if width > 1 else self.dtype

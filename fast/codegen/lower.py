@@ -77,6 +77,7 @@ class _Lowering:
 
     def __init__(self, info: KernelInfo, plan: KernelPlan, options: RendererOptions, parallel: bool) -> None:
         self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
+        self.prefetch = options.prefetch and not config.get().noopt  # codegen/gemm_loops.py reads it
         self.builder = IRBuilder(options.vector_ops, options.vector_casts)
         self.var_refs: dict[Variable, int] = {}
         self.indexes = IndexRenderer(self.builder, self.var_refs)
