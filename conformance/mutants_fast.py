@@ -44,15 +44,18 @@ def _module(fast: ModuleType, name: str) -> ModuleType:
 
 
 def _fresh_kernels(fast: ModuleType, *undos: Undo) -> Undo:
-    """Undo the patches and swap the kernel cache back to what it held before them."""
+    """Undo the patches and swap the kernel cache back to what it held before them. While patched,
+    the disk store of lowered kernels is suspended: its keys follow the code's files, not patches."""
     caches = [_module(fast, "engine.realize").PROGRAMS, _module(fast, "engine.realize").AST_KERNELS,
               _module(fast, "engine.replay").TEMPLATES]
     saved = [dict(cache) for cache in caches]
     for cache in caches:
         cache.clear()
+    resume = _module(fast, "engine.program_store").suspend()
 
     def undo() -> None:
         combine(*undos)()
+        resume()
         for cache, before in zip(caches, saved, strict=True):
             cache.clear()
             cache.update(before)
