@@ -44,8 +44,8 @@ def program(pkg: Any) -> Any:
 @contextmanager
 def planted(*patches: tuple[Any, Any, Any]) -> Iterator[None]:
     """Set `owner.name = value` (or `owner[name] = value` for a dict) for each patch, with fast's
-    kernel caches emptied (no kernel compiled before hides the bug, none compiled with it survives);
-    everything restored afterwards."""
+    kernel caches emptied and its disk store of lowered kernels suspended (no kernel compiled before
+    hides the bug, none compiled with it survives); everything restored afterwards."""
     caches = [importlib.import_module("fast.engine.realize").PROGRAMS,
               importlib.import_module("fast.engine.realize").AST_KERNELS,
               importlib.import_module("fast.engine.replay").TEMPLATES]
@@ -60,9 +60,11 @@ def planted(*patches: tuple[Any, Any, Any]) -> Iterator[None]:
             setattr(owner, name, value)
     for cache in caches:
         cache.clear()
+    resume = importlib.import_module("fast.engine.program_store").suspend()  # keys follow files, not patches
     try:
         yield
     finally:
+        resume()
         for owner, name, value in reversed(saved):
             if isinstance(owner, dict):
                 owner[name] = value
