@@ -70,7 +70,7 @@ def materialize(pkg: ModuleType, value: Value, devices: DeviceMap = same_device)
         return pkg.MultiLazyBuffer(shards, value.axis, list(value.real))
     array, bf16 = _storage(value)
     device = devices(value.device) if isinstance(value.device, str) else value.device
-    if isinstance(devices, DiskMap) and device.startswith("DISK:") and value.array.size:
+    if isinstance(devices, DiskMap) and isinstance(device, str) and device.startswith("DISK:") and value.array.size:
         return _disk_range(pkg, value, array, device, devices)
     out = pkg.from_numpy(array, device)
     if bf16:
@@ -89,7 +89,7 @@ def _disk_range(pkg: ModuleType, value: Value, array: np.ndarray, device: str, d
     pkg.realize(part)
     if part.base is not part or part.realized is None:
         raise RuntimeError(f"materialize: bytes [{start}, {start + data.nbytes}) of {device} are not a zero-copy view")
-    part.base.realized.copyin(memoryview(data))
+    part.base.realized.copyin(memoryview(data.data))
     dtype = getattr(pkg.dtypes, value.dtype)
     out = part if dtype == pkg.dtypes.uint8 else part.cast(dtype, bitcast=True)
     out = out.reshape(value.shape)
