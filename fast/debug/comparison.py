@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -82,8 +83,15 @@ def _layout(value: Value) -> Any:
     return None if value.shards is None else (value.axis, value.real, tuple(s.shape for s in value.shards))
 
 
-def verdict(ctx: Context, expected: Outcome, actual: Outcome, tolerance: np.ndarray | None) -> Verdict | None:
-    """None when `actual` agrees with `expected` (or nothing can be compared), else how it differs."""
+def _identical(want: np.ndarray, got: np.ndarray) -> bool:
+    """Same dtype, shape and values (NaN-free): agrees under any tolerance, none needs building."""
+    return want.dtype == got.dtype and want.shape == got.shape and bool(np.array_equal(want, got))
+
+
+def verdict(ctx: Context, expected: Outcome, actual: Outcome,
+            tolerance: Callable[[], np.ndarray | None]) -> Verdict | None:
+    """None when `actual` agrees with `expected` (or nothing can be compared), else how it differs.
+    `tolerance` is called only when the values are not identical (building one is costly)."""
     if any(error is not None and error.startswith(UNCOMPARED) for error in (expected.error, actual.error)):
         return None
     if expected.error is not None or actual.error is not None:
@@ -100,10 +108,13 @@ def verdict(ctx: Context, expected: Outcome, actual: Outcome, tolerance: np.ndar
             if a != b]
     if meta:
         return Verdict("; ".join(f"{what} {a} (reference) vs {b} (fast)" for what, a, b in meta), got)
-    mask = bad(want, got, tolerance, ctx.rtol, ctx.atol)
+    if _identical(want.array, got.array):
+        return None
+    limit = tolerance()
+    mask = bad(want, got, limit, ctx.rtol, ctx.atol)
     if not mask.any():
         return None
-    return Verdict(f"{int(mask.sum())} of {mask.size} elements differ", got, mask, tolerance)
+    return Verdict(f"{int(mask.sum())} of {mask.size} elements differ", got, mask, limit)
 
 
 def _skip_fused(nodes: Nodes) -> set[Record]:
@@ -135,15 +146,15 @@ def _fused_outcome(ctx: Context, record: Record) -> Outcome | None:
 def _first(ctx: Context) -> Difference | None:
     """The first difference in program order (module docstring, step 5)."""
     for record in ctx.nodes.order:
-        full = ctx.tolerances.full(record)
         expected = ctx.expected[record]
         with ctx.stage("unfused"):
             alone = ctx.alone.get(record)
         undefined = record.method == "loadop" and record.op == "EMPTY"  # no value to compare
         unfused = None if alone is None or undefined else \
-            verdict(ctx, expected, alone.outcome, ctx.tolerances.alone(record))
+            verdict(ctx, expected, alone.outcome, partial(ctx.tolerances.alone, record))
         fused_outcome = _fused_outcome(ctx, record)
-        fused = None if fused_outcome is None else verdict(ctx, expected, fused_outcome, full)
+        fused = None if fused_outcome is None else \
+            verdict(ctx, expected, fused_outcome, partial(ctx.tolerances.full, record))
         if unfused is not None:
             return _difference(ctx, record, unfused, True, fused is not None if fused_outcome else None)
         if fused is not None:
@@ -167,7 +178,7 @@ def _narrow(ctx: Context, record: Record, found: Verdict) -> Difference:
     seen: dict[Record, Verdict] = {}
 
     def differs(candidate: Record, outcome: Outcome) -> bool:
-        result = verdict(ctx, ctx.expected[candidate], outcome, ctx.tolerances.full(candidate))
+        result = verdict(ctx, ctx.expected[candidate], outcome, lambda: ctx.tolerances.full(candidate))
         if result is not None:
             seen[candidate] = result
         return result is not None

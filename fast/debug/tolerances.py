@@ -115,6 +115,7 @@ class Tolerances:
         self.steps: dict[Record, Step | None] = {}
         self.infos: dict[int, Info | None] = {}
         self.full_lazy: dict[Record, Any] = {}
+        self.full_arrays: dict[Record, np.ndarray | None] = {}
         self.unknown: set[Record] = set()  # records whose `full` tolerance is unspecified (NaN)
         for record in order:
             self.infos[self.number[record]] = self._info(record, self.infos)
@@ -144,7 +145,23 @@ class Tolerances:
         return self._build(record, info, exact_inputs, [None] * len(self.inputs[record]))[1]
 
     def full(self, record: Record) -> np.ndarray | None:
-        """Tolerance of the record's value through the whole graph (call in program order)."""
+        """Tolerance of the record's value through the whole graph (built on first use, after its
+        inputs', each once)."""
+        stack = [record]
+        while stack:
+            current = stack[-1]
+            if current in self.full_arrays:
+                stack.pop()
+                continue
+            missing = [source for source in self.inputs[current] if source not in self.full_arrays]
+            if missing:
+                stack.extend(missing)
+                continue
+            self.full_arrays[stack.pop()] = self._full(current)
+        return self.full_arrays[record]
+
+    def _full(self, record: Record) -> np.ndarray | None:
+        """`full` of a record whose inputs' are built."""
         tols = [self.full_lazy.get(source) for source in self.inputs[record]]
         info, value = self.info(record), self.values.get(record)
         exact_info = info is not None and self.steps.get(record) is not None and not info.aux
