@@ -92,8 +92,12 @@ class Storage:
 
     def write(self, offset: int, value: Array, dtype: DType) -> None:
         """Put ``value`` (as ``dtype``'s storage type) at byte ``offset``."""
-        raw = np.ascontiguousarray(value, dtype=dtype.storage).reshape(-1).view(np.uint8)
-        data = raw.copy() if self.data is None else self.data.copy()
+        flat = np.ascontiguousarray(value, dtype=dtype.storage)
+        raw = flat.reshape(-1).view(np.uint8)
+        if self.data is not None:
+            data = self.data.copy()
+        else:  # a copy unless ascontiguousarray made one already (a broadcast, a cast, a strided view)
+            data = raw if flat is not value and not np.may_share_memory(flat, value) else raw.copy()
         data[offset:offset + raw.size] = raw
         data.flags.writeable = False
         self.data = data
@@ -288,10 +292,10 @@ class LazyBuffer:
         while root.op is LoadOps.VIEW:
             moves.append(root.arg)
             root = root.srcs[0]
-        pos = np.arange(root.size, dtype=np.int64).reshape(root.shape)
+        pos = disk.fresh(root.shape, 1)
         for name, arg in reversed(moves):
             pos = disk.move(pos, name, arg)
-        return root, (int(pos.flat[0]) if pos.size else 0) if disk.consecutive(pos, 1) else None
+        return root, disk.first(pos) if disk.consecutive(pos, 1) else None
 
     def _zero_copy(self, op: Op, dtype: DType, shape: Shape) -> LazyBuffer | None:
         """A zero-copy view (SPEC §4) when self is a consecutive view of a realized non-CONST buffer: a node
@@ -351,6 +355,16 @@ class LazyBuffer:
         out = _node(self.device, self.shape, self.dtype, LoadOps.ASSIGN, None, (x, self))
         out._storage, out._offset, out.pos, storage.pending = storage, self._offset, self.pos, weakref.ref(out)
         return out
+
+
+def mapped(data: Array, device: str) -> LazyBuffer:
+    """A realized 1-D uint8 buffer whose storage is ``data`` itself, not a copy (read-only bytes, e.g. a
+    file's mapping: nothing is read until a view of it is)."""
+    if data.dtype != np.uint8 or data.ndim != 1 or data.flags.writeable:
+        raise ValueError(f"mapped: {data.dtype}{list(data.shape)} must be read-only 1-D uint8 bytes")
+    out = LazyBuffer(canonical_device(device), (int(data.size),), dtypes.uint8, LoadOps.EMPTY)
+    out._storage.data, out._done = data, True
+    return out
 
 
 def from_numpy(array: Any, device: str) -> LazyBuffer:

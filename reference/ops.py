@@ -143,8 +143,9 @@ def cast(arr: Array, src: DType, dst: DType) -> Array:
 
 
 def bitcast(arr: Array, dst: DType) -> Array:
-    """Reinterpret the bytes of a stored array (the last axis rescales if itemsizes differ)."""
-    return np.array(arr, order="C").view(dst.storage)
+    """Reinterpret the bytes of a stored array (the last axis rescales if itemsizes differ); a view of
+    ``arr`` when it is C-contiguous (e.g. a tensor of a mapped file: its bytes are read when used)."""
+    return (arr if arr.flags.c_contiguous else np.array(arr, order="C")).view(dst.storage)
 
 
 def gather(x: Array, indices: Array, axis: int) -> Array:

@@ -15,26 +15,28 @@ that says which rule and which values:
 4. ``end - begin == prod(shape) * bits(dtype) / 8`` when the width of the dtype is known;
 5. the tensors, sorted by (begin, end), cover the data section exactly: no gap, no overlap, nothing left.
 
-In ``reference`` a DISK device is a label (values live in memory): loading a path gives a CUSTOM buffer
-on ``DISK:<absolute path>`` that reads the whole file (through a descriptor opened at load, so the file
-whose header was checked, even if the path is replaced since) when it is realized, and every tensor is
-a view of it (shrink, bitcast, reshape), so nothing is read before a tensor is realized.
+In ``reference`` a DISK device is a label (values live in memory, never written to the file): loading
+a path gives a realized uint8 buffer on ``DISK:<absolute path>`` whose bytes are the file mapped
+read-only at load (the file whose header was checked, even if the path is replaced since; like
+``fast``'s DISK mapping, the file must not be truncated while it is used), and every tensor is a view of
+it (shrink, bitcast, reshape: zero-copy views). Loading reads the header only; realizing a tensor
+reads that tensor's bytes only.
 """
 from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import reprlib
 import secrets
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from reference.dtype import Array, DType, dtypes
-from reference.lazy import LazyBuffer, _node
+from reference.lazy import LazyBuffer, _node, mapped
 from reference.multi import MultiLazyBuffer
 from reference.ops import LoadOps, UnaryOps
 from reference.realize import to_numpy
@@ -183,22 +185,12 @@ def read_header(size: int, read: Callable[[int, int], bytes]) -> tuple[int, dict
     return 8 + n, tensors, metadata
 
 
-def file_reader(path: str, size: int) -> Callable[..., None]:
-    """A CUSTOM fn filling ``out`` (uint8, ``size``) with the file's bytes (zeros past a shortened end).
-    It holds the file open (closed when the fn is collected), so it reads the file whose header was
-    checked even after the path is replaced."""
-    fd = os.open(path, os.O_RDONLY)
-
-    def read_file(out: Array) -> None:
-        at = 0
-        while at < size:  # one pread returns at most ~2 GiB
-            piece = os.pread(fd, min(size - at, 1 << 30), at)
-            if not piece:
-                break
-            out[at:at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
-            at += len(piece)
-    weakref.finalize(read_file, os.close, fd)
-    return read_file
+def file_bytes(f: Any, size: int) -> Array:
+    """The first ``size`` bytes of the open file ``f``, mapped read-only (nothing is read yet; the mapping
+    stays valid after ``f`` is closed)."""
+    if size == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return np.frombuffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ), dtype=np.uint8)
 
 
 def open_source(source: Any) -> tuple[LazyBuffer, tuple[int, dict[str, Any], dict[str, str]]]:
@@ -220,8 +212,8 @@ def open_source(source: Any) -> tuple[LazyBuffer, tuple[int, dict[str, Any], dic
             f.seek(a)
             return f.read(b - a)
         header = read_header(size, read)
-    buf = LazyBuffer.loadop(LoadOps.CUSTOM, (size,), dtypes.uint8, "DISK:" + path, arg=file_reader(path, size))
-    return buf, header
+        data = file_bytes(f, size)
+    return mapped(data, "DISK:" + path), header
 
 
 def tensor_view(buf: LazyBuffer, start: int, code: str, shape: tuple[int, ...], begin: int, end: int) -> LazyBuffer:

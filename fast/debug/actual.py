@@ -100,15 +100,29 @@ def is_input(record: Record) -> bool:
     return record.target == "value" or (record.target == "module" and record.method == "from_numpy")
 
 
+class AloneRuns:
+    """Records run alone on demand, each once (the first difference stops compare early: the records
+    after it are never run). `get(record)` is None for inputs and for records whose inputs reference
+    has no values of."""
+
+    def __init__(self, nodes: Nodes, expected: dict[Record, Outcome], devices: DeviceMap) -> None:
+        self.nodes, self.expected, self.devices = nodes, expected, devices
+        self.constants = constant_records(nodes)
+        self.done: dict[Record, Alone | None] = {}
+
+    def get(self, record: Record) -> Alone | None:
+        if record not in self.done:
+            runnable = not is_input(record) and all(self.expected[s].value is not None
+                                                    for s in self.nodes.inputs[record])
+            self.done[record] = run_one(record, self.nodes, self.expected, self.devices, self.constants) \
+                if runnable else None
+        return self.done[record]
+
+
 def run_alone(nodes: Nodes, expected: dict[Record, Outcome], devices: DeviceMap) -> dict[Record, Alone]:
     """Every record but the inputs, alone, when reference has values for all its inputs."""
-    out: dict[Record, Alone] = {}
-    constants = constant_records(nodes)
-    for record in nodes.order:
-        if is_input(record) or any(expected[s].value is None for s in nodes.inputs[record]):
-            continue
-        out[record] = run_one(record, nodes, expected, devices, constants)
-    return out
+    runs = AloneRuns(nodes, expected, devices)
+    return {record: alone for record in nodes.order if (alone := runs.get(record)) is not None}
 
 
 # ---------------------------------------------------------------- the fused schedule

@@ -15,14 +15,17 @@ buffers live in a temporary folder removed before returning.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from fast import config
-from fast.debug.actual import Alone, Fused, first_fused, is_input, kernel_ref, run_alone, run_fused
+from fast.debug.actual import AloneRuns, Fused, first_fused, is_input, kernel_ref, run_fused
 from fast.debug.fromgraph import Nodes, collect
 from fast.debug.records import DeviceMap, Record
 from fast.debug.report import Difference, KernelRef, Report
@@ -51,9 +54,18 @@ class Context:
     devices: DeviceMap
     rtol: float | None
     atol: float | None
-    alone: dict[Record, Alone]
+    alone: AloneRuns
     fused: Fused
     skip_fused: set[Record] = field(default_factory=set)
+    seconds: dict[str, float] = field(default_factory=dict)  # time per stage, in order
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
     def name(self, record: Record) -> str:
         return f"v{self.tolerances.number[record]}"
@@ -71,8 +83,15 @@ def _layout(value: Value) -> Any:
     return None if value.shards is None else (value.axis, value.real, tuple(s.shape for s in value.shards))
 
 
-def verdict(ctx: Context, expected: Outcome, actual: Outcome, tolerance: np.ndarray | None) -> Verdict | None:
-    """None when `actual` agrees with `expected` (or nothing can be compared), else how it differs."""
+def _identical(want: np.ndarray, got: np.ndarray) -> bool:
+    """Same dtype, shape and values (NaN-free): agrees under any tolerance, none needs building."""
+    return want.dtype == got.dtype and want.shape == got.shape and bool(np.array_equal(want, got))
+
+
+def verdict(ctx: Context, expected: Outcome, actual: Outcome,
+            tolerance: Callable[[], np.ndarray | None]) -> Verdict | None:
+    """None when `actual` agrees with `expected` (or nothing can be compared), else how it differs.
+    `tolerance` is called only when the values are not identical (building one is costly)."""
     if any(error is not None and error.startswith(UNCOMPARED) for error in (expected.error, actual.error)):
         return None
     if expected.error is not None or actual.error is not None:
@@ -89,10 +108,13 @@ def verdict(ctx: Context, expected: Outcome, actual: Outcome, tolerance: np.ndar
             if a != b]
     if meta:
         return Verdict("; ".join(f"{what} {a} (reference) vs {b} (fast)" for what, a, b in meta), got)
-    mask = bad(want, got, tolerance, ctx.rtol, ctx.atol)
+    if _identical(want.array, got.array):
+        return None
+    limit = tolerance()
+    mask = bad(want, got, limit, ctx.rtol, ctx.atol)
     if not mask.any():
         return None
-    return Verdict(f"{int(mask.sum())} of {mask.size} elements differ", got, mask, tolerance)
+    return Verdict(f"{int(mask.sum())} of {mask.size} elements differ", got, mask, limit)
 
 
 def _skip_fused(nodes: Nodes) -> set[Record]:
@@ -124,18 +146,20 @@ def _fused_outcome(ctx: Context, record: Record) -> Outcome | None:
 def _first(ctx: Context) -> Difference | None:
     """The first difference in program order (module docstring, step 5)."""
     for record in ctx.nodes.order:
-        full = ctx.tolerances.full(record)
         expected = ctx.expected[record]
-        alone = ctx.alone.get(record)
+        with ctx.stage("unfused"):
+            alone = ctx.alone.get(record)
         undefined = record.method == "loadop" and record.op == "EMPTY"  # no value to compare
         unfused = None if alone is None or undefined else \
-            verdict(ctx, expected, alone.outcome, ctx.tolerances.alone(record))
+            verdict(ctx, expected, alone.outcome, partial(ctx.tolerances.alone, record))
         fused_outcome = _fused_outcome(ctx, record)
-        fused = None if fused_outcome is None else verdict(ctx, expected, fused_outcome, full)
+        fused = None if fused_outcome is None else \
+            verdict(ctx, expected, fused_outcome, partial(ctx.tolerances.full, record))
         if unfused is not None:
             return _difference(ctx, record, unfused, True, fused is not None if fused_outcome else None)
         if fused is not None:
-            return _narrow(ctx, record, fused)
+            with ctx.stage("narrowing"):
+                return _narrow(ctx, record, fused)
     return None
 
 
@@ -154,7 +178,7 @@ def _narrow(ctx: Context, record: Record, found: Verdict) -> Difference:
     seen: dict[Record, Verdict] = {}
 
     def differs(candidate: Record, outcome: Outcome) -> bool:
-        result = verdict(ctx, ctx.expected[candidate], outcome, ctx.tolerances.full(candidate))
+        result = verdict(ctx, ctx.expected[candidate], outcome, lambda: ctx.tolerances.full(candidate))
         if result is not None:
             seen[candidate] = result
         return result is not None
@@ -229,12 +253,26 @@ def compare(*buffers: Any, rtol: float | None = None, atol: float | None = None)
 
 
 def _compare(buffers: Sequence[Any], rtol: float | None, atol: float | None, devices: DeviceMap) -> Report:
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
     nodes = collect(buffers)
+    seconds["collect"] = time.perf_counter() - start
     expected = run_reference(nodes)
+    seconds["reference"] = time.perf_counter() - start - sum(seconds.values())
     values = {record: outcome.value for record, outcome in expected.items() if outcome.value is not None}
+    fused = run_fused(nodes, devices)
+    seconds["fused"] = time.perf_counter() - start - sum(seconds.values())
     ctx = Context(nodes, expected, Tolerances(nodes.order, nodes.inputs, values), devices, rtol, atol,
-                  run_alone(nodes, expected, devices), run_fused(nodes, devices), _skip_fused(nodes))
-    first = _first(ctx)
+                  AloneRuns(nodes, expected, devices), fused, _skip_fused(nodes), seconds)
+    with ctx.stage("compare"):  # tolerances and verdicts (the unfused runs and narrowing apart)
+        first = _first(ctx)
+    seconds["compare"] -= seconds.get("unfused", 0.0) + seconds.get("narrowing", 0.0)
     schedule = [kernel_ref(item, position) for position, item in enumerate(ctx.fused.items)]
-    return Report([ctx.code(r) for r in nodes.order], first, _notes(ctx), schedule,
+    return Report([ctx.code(r) for r in nodes.order], first, _notes(ctx) + [_timing(ctx)], schedule,
                   sum(r.origin == "trace" for r in nodes.order))
+
+
+def _timing(ctx: Context) -> str:
+    ran = sum(alone is not None for alone in ctx.alone.done.values())
+    parts = ", ".join(f"{name} {seconds:.2f}" for name, seconds in ctx.seconds.items())
+    return f"time per stage (s): {parts}; {ran} nodes run unfused, alone"

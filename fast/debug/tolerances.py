@@ -9,7 +9,9 @@ differences conformance accepts. Two tolerances per record:
 - `alone`: the op alone on exact inputs (every input's Info made exact), for the op run unfused.
 A record the suite has no step for (a realized input, a CUSTOM, the MultiLazyBuffer constructor) is
 exact when its inputs are, else unspecified (NaN: skipped). A tolerance that cannot be built is NaN,
-as in conformance. Tolerances are built from copies of the recorded values, never the live graph.
+as in conformance (e.g. SQRT of an approximate value), and so is every `full` tolerance built on it
+that its Info does not make exact: an unspecified input is never read as an exact one.
+Tolerances are built from copies of the recorded values, never the live graph.
 
 Arrays: None means exact; otherwise float64 of the value's shape, NaN or inf marking unspecified
 elements (conformance/compare.py `bad_elements`).
@@ -115,6 +117,8 @@ class Tolerances:
         self.steps: dict[Record, Step | None] = {}
         self.infos: dict[int, Info | None] = {}
         self.full_lazy: dict[Record, Any] = {}
+        self.full_arrays: dict[Record, np.ndarray | None] = {}
+        self.unknown: set[Record] = set()  # records whose `full` tolerance is unspecified (NaN)
         for record in order:
             self.infos[self.number[record]] = self._info(record, self.infos)
 
@@ -143,10 +147,33 @@ class Tolerances:
         return self._build(record, info, exact_inputs, [None] * len(self.inputs[record]))[1]
 
     def full(self, record: Record) -> np.ndarray | None:
-        """Tolerance of the record's value through the whole graph (call in program order)."""
+        """Tolerance of the record's value through the whole graph (built on first use, after its
+        inputs', each once)."""
+        stack = [record]
+        while stack:
+            current = stack[-1]
+            if current in self.full_arrays:
+                stack.pop()
+                continue
+            missing = [source for source in self.inputs[current] if source not in self.full_arrays]
+            if missing:
+                stack.extend(missing)
+                continue
+            self.full_arrays[stack.pop()] = self._full(current)
+        return self.full_arrays[record]
+
+    def _full(self, record: Record) -> np.ndarray | None:
+        """`full` of a record whose inputs' are built."""
         tols = [self.full_lazy.get(source) for source in self.inputs[record]]
-        lazy, array = self._build(record, self.info(record), self.infos, tols)
+        info, value = self.info(record), self.values.get(record)
+        exact_info = info is not None and self.steps.get(record) is not None and not info.aux
+        if value is not None and not exact_info and any(source in self.unknown for source in self.inputs[record]):
+            self.unknown.add(record)
+            return np.full(value.shape, np.nan)
+        lazy, array = self._build(record, info, self.infos, tols)
         self.full_lazy[record] = lazy
+        if lazy is None and array is not None:
+            self.unknown.add(record)
         return array
 
     def _build(self, record: Record, info: Info | None, infos: Mapping[int, Info | None],

@@ -6,7 +6,10 @@ has the same layout. `materialize(pkg, value)` builds a realized buffer of `pkg`
 bits (bfloat16 through its bit pattern, so NaN payloads survive).
 
 `DiskMap` gives `fast` copies of DISK buffers files of their own in a temporary folder: compare never
-writes a file of the user's.
+writes a file of the user's. Every allocation on a `fast` DISK device maps its file from byte 0, so two
+values materialized onto one DISK device would alias (the second overwriting the first, as it did for
+every weight of a safetensors file): a DiskMap instead gives each value it materializes a byte range
+of its own in the mapped file (`DiskMap.reserve`), and the value is a zero-copy view of that range.
 """
 from __future__ import annotations
 
@@ -43,9 +46,20 @@ class Value:
         return tuple(int(size) for size in self.array.shape)
 
 
+def _stored(pkg: ModuleType, obj: Any) -> np.ndarray:
+    """`to_numpy(obj)`; for a realized `reference` buffer (not bfloat16), its stored array itself: reference
+    never changes an array it has handed out (a write replaces its storage's bytes), so no copy is needed."""
+    if pkg.__name__ == "reference" and not hasattr(obj, "lbs") and obj.dtype.name != "bfloat16":
+        pkg.realize(obj)
+        stored = obj.realized
+        if stored is not None and not stored.flags.writeable:
+            return np.asarray(stored)
+    return np.asarray(pkg.to_numpy(obj))
+
+
 def read(pkg: ModuleType, obj: Any) -> Value:
     """The value of a realized (or realizable) buffer of `pkg`; a multi buffer with its shards."""
-    array = pkg.to_numpy(obj)
+    array = _stored(pkg, obj)
     if not hasattr(obj, "lbs"):
         return Value(array, obj.dtype.name, obj.device)
     shards = tuple(Value(pkg.to_numpy(lb), lb.dtype.name, lb.device) for lb in obj.lbs)
@@ -67,6 +81,8 @@ def materialize(pkg: ModuleType, value: Value, devices: DeviceMap = same_device)
         return pkg.MultiLazyBuffer(shards, value.axis, list(value.real))
     array, bf16 = _storage(value)
     device = devices(value.device) if isinstance(value.device, str) else value.device
+    if isinstance(devices, DiskMap) and isinstance(device, str) and device.startswith("DISK:") and value.array.size:
+        return _disk_range(pkg, value, array, device, devices)
     out = pkg.from_numpy(array, device)
     if bf16:
         out = out.cast(pkg.dtypes.bfloat16, bitcast=True)
@@ -74,14 +90,34 @@ def materialize(pkg: ModuleType, value: Value, devices: DeviceMap = same_device)
     return out
 
 
+def _disk_range(pkg: ModuleType, value: Value, array: np.ndarray, device: str, devices: DiskMap) -> Any:
+    """`value` written into a byte range of its own of `device`'s file (`devices.reserve`), as a realized
+    zero-copy view of those bytes: nothing else materialized on that device shares them."""
+    data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+    start = devices.reserve(device, data.nbytes)
+    whole = pkg.LazyBuffer.loadop(pkg.LoadOps.EMPTY, (start + data.nbytes,), pkg.dtypes.uint8, device)
+    part = whole.shrink(((start, start + data.nbytes),)).contiguous()
+    pkg.realize(part)
+    if part.base is not part or part.realized is None:
+        raise RuntimeError(f"materialize: bytes [{start}, {start + data.nbytes}) of {device} are not a zero-copy view")
+    part.base.realized.copyin(memoryview(data.data))
+    dtype = getattr(pkg.dtypes, value.dtype)
+    out = part if dtype == pkg.dtypes.uint8 else part.cast(dtype, bitcast=True)
+    out = out.reshape(value.shape)
+    pkg.realize(out)
+    return out
+
+
 class DiskMap:
     """Maps `DISK:<path>` to `DISK:<temporary folder>/<n>` (one file per original path); other
-    device names are unchanged. `close()` removes the folder."""
+    device names are unchanged. `reserve` hands out disjoint byte ranges of a mapped file (module
+docstring). `close()` removes the folder."""
 
     def __init__(self) -> None:
         self.folder: str | None = None
         self.names: dict[str, str] = {}
         self.counter = itertools.count()
+        self.used: dict[str, int] = {}  # mapped device -> bytes handed out by `reserve`
 
     def __call__(self, device: str) -> str:
         if not device.startswith("DISK:"):
@@ -91,6 +127,13 @@ class DiskMap:
                 self.folder = tempfile.mkdtemp(prefix="fast-debug-")
             self.names[device] = f"DISK:{os.path.join(self.folder, str(next(self.counter)))}"
         return self.names[device]
+
+    def reserve(self, device: str, nbytes: int) -> int:
+        """The first byte of `nbytes` bytes of mapped DISK `device` that no earlier reservation holds
+        (64-byte aligned)."""
+        start = -(-self.used.get(device, 0) // 64) * 64
+        self.used[device] = start + nbytes
+        return start
 
     def close(self) -> None:
         if self.folder is not None:
