@@ -42,6 +42,11 @@ class Node:
     def __hash__(self) -> int:
         return self._hash
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the cached hash and text: str hashes differ between processes
+        (PYTHONHASHSEED), so a hash cached in one would break dict lookups in another."""
+        return {key: value for key, value in self.__dict__.items() if key not in ("_hash", "_text")}
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, int):
             return isinstance(self, NumNode) and self.b == other

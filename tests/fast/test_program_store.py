@@ -86,3 +86,23 @@ def test_unreadable_entries_are_misses(tmp_path: Path) -> None:
         assert program_store.load(key) is None
         with config.override(disable_compile_cache=True):
             assert program_store.load(key) is None
+
+
+def test_stored_variables_hash_like_new_ones_in_another_process(tmp_path: Path) -> None:
+    """A program keeps its shape Variables; pickled, they must not carry the hash of the process
+    that stored them (str hashes are seeded per process), or run_schedule cannot find their values."""
+    import pickle
+    import subprocess
+    import sys
+
+    from fast.shape.symbolic import Variable
+
+    n = Variable("n", 1, 10)
+    hash(n)
+    path = tmp_path / "n.pkl"
+    path.write_bytes(pickle.dumps(n))
+    script = (f"import pickle; from fast.shape.symbolic import Variable; n = pickle.load(open({str(path)!r}, 'rb')); "
+              "print({Variable('n', 1, 10): 3}.get(n))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONHASHSEED": "12345"})
+    assert out.stdout.strip() == "3"
