@@ -155,6 +155,29 @@ out:
 """
 
 
+def _poll(name: str, operand: str, test: str) -> str:
+    """`name(p, operand, limit)`: poll the int64 at `p` (acquire loads, `fast_relax` between polls)
+    until `test` of the loaded `%v` holds or `limit` polls have passed; returns the word's value."""
+    return f"""define i64 @{name}(ptr %p, i64 {operand}, i64 %limit) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %again ]
+  %v = load atomic i64, ptr %p acquire, align 8
+  %stop = {test}
+  br i1 %stop, label %done, label %again
+again:
+  call void @fast_relax(i64 %i)
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %limit
+  br i1 %more, label %loop, label %done
+done:
+  %r = load atomic i64, ptr %p acquire, align 8
+  ret i64 %r
+}}
+"""
+
+
 def _ir(pause: str, declare: str) -> str:
     """The module: `fast_init` (sched_yield's address), `fast_relax` (one poll's pause),
     `fast_spin` (poll a word), `fast_wait_count` (poll a counter), `fast_publish` (release store),
@@ -183,42 +206,8 @@ done:
   ret void
 }}
 
-define i64 @fast_spin(ptr %p, i64 %old, i64 %limit) {{
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %again ]
-  %v = load atomic i64, ptr %p acquire, align 8
-  %changed = icmp ne i64 %v, %old
-  br i1 %changed, label %done, label %again
-again:
-  call void @fast_relax(i64 %i)
-  %next = add i64 %i, 1
-  %more = icmp slt i64 %next, %limit
-  br i1 %more, label %loop, label %done
-done:
-  %r = load atomic i64, ptr %p acquire, align 8
-  ret i64 %r
-}}
-
-define i64 @fast_wait_count(ptr %p, i64 %target, i64 %limit) {{
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %again ]
-  %v = load atomic i64, ptr %p acquire, align 8
-  %reached = icmp sge i64 %v, %target
-  br i1 %reached, label %done, label %again
-again:
-  call void @fast_relax(i64 %i)
-  %next = add i64 %i, 1
-  %more = icmp slt i64 %next, %limit
-  br i1 %more, label %loop, label %done
-done:
-  %r = load atomic i64, ptr %p acquire, align 8
-  ret i64 %r
-}}
-
+{_poll('fast_spin', '%old', 'icmp ne i64 %v, %old')}
+{_poll('fast_wait_count', '%target', 'icmp sge i64 %v, %target')}
 define void @fast_publish(ptr %p, i64 %value) {{
   store atomic i64 %value, ptr %p release, align 8
   ret void
