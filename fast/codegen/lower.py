@@ -347,9 +347,13 @@ class _Lowering:
             return None
         return store if any(node is source for node in _post_order(store.src[0])) else None
 
-    def run(self) -> None:
+    def define_variables(self) -> None:
+        """DEFINE_VAR of every shape variable: the kernel's first parameters after the buffers."""
         for variable in self.info.variables:
             self.var_refs[variable] = self.builder.define_var(variable.expr)
+
+    def run(self) -> None:
+        self.define_variables()
         if self.info.row or len(self.info.reduces) > 1:
             self._run_rows()
             return
@@ -437,8 +441,7 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     if matmul is None:
         lowering.run()
     else:
-        for variable in info.variables:
-            lowering.var_refs[variable] = lowering.builder.define_var(variable.expr)
+        lowering.define_variables()
         scratch, gemm_chunks = matmul(lowering)
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
     threaded = lowering.thread_vars is not None
