@@ -78,6 +78,20 @@ Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | LoadOps | GatherOps | Buffe
 ElementwiseOps = UnaryOps | BinaryOps | TernaryOps
 
 
+def not_a(where: str, value: object, expected: str) -> str:
+    """The TypeError message for `value` given to `where` in place of `expected` (an op kind, a DType). An
+    op enum member or DType of another package (`reference`'s given to `fast`) is named with the package
+    it belongs to: each package has its own enums and dtypes, and equal names do not make them equal."""
+    owner = type(value).__module__.split(".")[0]
+    is_dtype = type(value).__name__ == "DType"
+    if owner == "fast" or not (isinstance(value, Enum) or is_dtype):
+        return f"{where}: {value!r} is not {expected}"
+    name = getattr(value, "name", "?")
+    name = f"dtypes.{name}" if is_dtype else f"{type(value).__name__}.{name}"
+    return (f"{where}: {name} belongs to package {owner!r}, not 'fast' (each package has its own op enums and "
+            f"dtypes): use fast.{name}")
+
+
 @dataclass(frozen=True)
 class MemBuffer:
     """Kernel argument `idx` (0 = first output), element dtype, and the view the kernel uses."""

@@ -21,7 +21,18 @@ import numpy as np
 
 from reference import disk
 from reference.dtype import Array, ConstType, DType, as_const, dtypes
-from reference.ops import ARITY, BinaryOps, GatherOps, LoadOps, Op, ReduceOps, TernaryOps, UnaryOps, check_op_dtype
+from reference.ops import (
+    ARITY,
+    BinaryOps,
+    GatherOps,
+    LoadOps,
+    Op,
+    ReduceOps,
+    TernaryOps,
+    UnaryOps,
+    check_op_dtype,
+    not_a,
+)
 from reference.shape import Shape, canonical_device, check_movement, resolve, resolve_int
 
 Operand = tuple[Shape, DType, tuple[str, ...]]  # (shape, dtype, devices) of an operand
@@ -39,7 +50,7 @@ def check_e(op: Any, operands: Sequence[Operand]) -> DType:
     if op in (UnaryOps.CAST, UnaryOps.BITCAST):
         raise TypeError(f"e: {op.name} is not allowed through e(); use cast(dtype, bitcast=...)")
     if type(op) not in ARITY:
-        raise TypeError(f"e: {op!r} is not a unary, binary or ternary op")
+        raise TypeError(not_a("e", op, "a unary, binary or ternary op"))
     name = op.name
     if len(operands) != ARITY[type(op)]:
         raise TypeError(f"{name}: takes {ARITY[type(op)]} operands, got {len(operands)}")
@@ -60,7 +71,7 @@ def check_e(op: Any, operands: Sequence[Operand]) -> DType:
 def check_r(op: Any, shape: Shape, devices: Sequence[str], axis: Any) -> tuple[tuple[int, ...], Shape]:
     """Validate a reduce; returns (axes, output shape)."""
     if not isinstance(op, ReduceOps):
-        raise TypeError(f"r: {op!r} is not a ReduceOps")
+        raise TypeError(not_a("r", op, "a ReduceOps member"))
     no_disk(op.name, devices)
     axes = tuple(resolve_int(op.name, a) for a in axis) if isinstance(axis, (tuple, list)) else None
     if axes is None or len(set(axes)) != len(axes) or any(not 0 <= a < len(shape) for a in axes):
@@ -185,10 +196,10 @@ class LazyBuffer:
                src: Sequence[LazyBuffer] = ()) -> LazyBuffer:
         """A new EMPTY (zeros in reference), CONST (arg: the value) or CUSTOM (arg: fn) buffer."""
         if op not in (LoadOps.EMPTY, LoadOps.CONST, LoadOps.CUSTOM):
-            raise TypeError(f"loadop: {op!r} is not EMPTY, CONST or CUSTOM")
+            raise TypeError(not_a("loadop", op, "LoadOps.EMPTY, CONST or CUSTOM"))
         shp, device = resolve(f"{op.name} shape", shape), canonical_device(device)
         if not isinstance(dtype, DType):
-            raise TypeError(f"{op.name}: {dtype!r} is not a DType")
+            raise TypeError(not_a(op.name, dtype, "a DType"))
         if op is LoadOps.CONST:
             no_disk("CONST", (device,))
             arg = as_const(arg, dtype)
@@ -268,7 +279,7 @@ class LazyBuffer:
         """CAST (value conversion) or BITCAST (reinterpret bits) to ``dtype``; self when ``dtype`` is own
         (after validation). A BITCAST of a consecutive view of a realized buffer is a zero-copy view."""
         if not isinstance(dtype, DType):
-            raise TypeError(f"cast: {dtype!r} is not a DType")
+            raise TypeError(not_a("cast", dtype, "a DType"))
         if not bitcast:
             no_disk("CAST", (self.device,))
             return self if dtype == self.dtype else _node(self.device, self.shape, dtype, UnaryOps.CAST, dtype, (self,))

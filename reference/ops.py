@@ -24,6 +24,19 @@ ARITY = {UnaryOps: 1, BinaryOps: 2, TernaryOps: 3}
 TRANSCENDENTAL = {UnaryOps.EXP2: np.exp2, UnaryOps.LOG2: np.log2, UnaryOps.SIN: np.sin, UnaryOps.SQRT: np.sqrt}
 
 
+def not_a(where: str, value: object, expected: str) -> str:
+    """The TypeError message for ``value`` given to ``where`` in place of ``expected``; an op or DType of
+    another package (``fast``'s given to ``reference``) is named with its package (each has its own)."""
+    owner = type(value).__module__.split(".")[0]
+    is_dtype = type(value).__name__ == "DType"
+    if owner == "reference" or not (isinstance(value, Enum) or is_dtype):
+        return f"{where}: {value!r} is not {expected}"
+    name = getattr(value, "name", "?")
+    name = f"dtypes.{name}" if is_dtype else f"{type(value).__name__}.{name}"
+    return (f"{where}: {name} belongs to package {owner!r}, not 'reference' (each package has its own op enums "
+            f"and dtypes): use reference.{name}")
+
+
 def check_op_dtype(op: Op, dt: DType) -> None:
     """TypeError when ``op`` is not defined for operand dtype ``dt`` (docs/semantics.md)."""
     bad = (dt.kind == "b" and op in (UnaryOps.NEG, BinaryOps.SUB, BinaryOps.DIV)) or \

@@ -34,7 +34,7 @@ class Variable:
     def val(self) -> int:
         """The bound value (ValueError when unbound)."""
         if self._val is None:
-            raise ValueError(f"Variable {self.name!r} is not bound")
+            raise ValueError(f"Variable {self.name!r} is not bound (bind it first: .bind(value))")
         return self._val
 
     def unbind(self) -> tuple[Variable, int]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from fast.dtype import DType, dtypes
-from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, result_dtype, supports
+from fast.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps, not_a, result_dtype, supports
 from fast.shape.symbolic import Node, all_int, is_sint, sint
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def check_compute_device(opname: str, device: str) -> None:
 
 def check_dtype(opname: str, dtype: object) -> DType:
     if not isinstance(dtype, DType) or dtype.count != 1:
-        raise TypeError(f"{opname}: expected a scalar DType, got {dtype!r}")
+        raise TypeError(not_a(opname, dtype, "a scalar DType"))
     return dtype
 
 
@@ -154,13 +154,13 @@ def _reject_op(op: object) -> NoReturn:
         raise TypeError(f"e: {opname} is a reduce op; use r({opname}, axis)")
     if op is UnaryOps.CAST or op is UnaryOps.BITCAST:
         raise TypeError(f"e: {opname} must be built with cast(dtype, bitcast=...)")
-    raise TypeError(f"e: {op!r} is not an elementwise op")
+    raise TypeError(not_a("e", op, "an elementwise op"))
 
 
 def check_reduce(op: object, axis: object, shape: tuple[sint, ...], device: str) -> tuple[int, ...]:
     """Validate `r(op, axis)`; returns the axes as a tuple."""
     if not isinstance(op, ReduceOps):
-        raise TypeError(f"r: {op!r} is not a ReduceOps member")
+        raise TypeError(not_a("r", op, "a ReduceOps member"))
     check_compute_device(op.name, device)
     if not isinstance(axis, (tuple, list)) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axis):
         raise ValueError(f"{op.name}: axis must be a tuple of ints, got {axis!r}")

@@ -64,7 +64,7 @@ def bound_values(st: ShapeTracker) -> tuple[tuple[str, int | None], ...]:
     """Values of bound variables in `st` (bound variables compare equal whatever their value)."""
     if not st.symbolic:
         return ()
-    return tuple(sorted((var.expr, var.val) for var in st.vars()))
+    return tuple(sorted((var.expr, var._val) for var in st.vars()))
 
 
 @functools.lru_cache(maxsize=4096)

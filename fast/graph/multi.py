@@ -27,7 +27,7 @@ from fast.dtype import ConstType, DType
 from fast.graph.allreduce import Bound, Shape, all_reduce, cumulative, dims, fold, ring_chunks, use_ring
 from fast.graph.multi_checks import check_ints, check_layout, check_operands, check_pairs, concrete
 from fast.graph.node import LazyBuffer
-from fast.ops import BinaryOps, ElementwiseOps, LoadOps, ReduceOps
+from fast.ops import BinaryOps, ElementwiseOps, LoadOps, ReduceOps, not_a
 
 Item = TypeVar("Item")
 _DEVICE, _SHAPE = attrgetter("device"), attrgetter("shape")
@@ -242,7 +242,7 @@ class MultiLazyBuffer:
         one real shard that is the shard's own result), the result is unsharded and keeps `real`;
         shards that are not real contribute zeros of the reduced shape and stay not real."""
         if not isinstance(op, ReduceOps):
-            raise TypeError(f"r: {op!r} is not a ReduceOps")
+            raise TypeError(not_a("r", op, "a ReduceOps member"))
         reduce_axes = check_ints("r", "axes", axes)
         if len(set(reduce_axes)) != len(reduce_axes) or any(not 0 <= a < len(self.shape) for a in reduce_axes):
             raise ValueError(f"r: axes {reduce_axes} must be distinct and in range for shape {self.shape}")

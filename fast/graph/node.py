@@ -54,6 +54,7 @@ from fast.ops import (
     LoadOps,
     Op,
     ReduceOps,
+    not_a,
 )
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import Variable, sint
@@ -210,7 +211,7 @@ class LazyBuffer:
                src: tuple[LazyBuffer, ...] = ()) -> LazyBuffer:
         """A new EMPTY, CONST (a base of `shape` holding `arg`) or CUSTOM (`arg(out, *inputs)`) buffer."""
         if op not in LOAD_OPS_FOR_USERS:
-            raise TypeError(f"loadop: {op!r} is not one of EMPTY, CONST, CUSTOM")
+            raise TypeError(not_a("loadop", op, "one of LoadOps.EMPTY, CONST, CUSTOM"))
         checked = checks.check_shape(op.name, shape)
         dtype = checks.check_dtype(op.name, dtype)
         device = Device.canonicalize(device)

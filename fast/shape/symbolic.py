@@ -142,7 +142,8 @@ class NumNode(Node):
 
 
 class Variable(Node):
-    """A named integer in ``[min, max]``; ``val`` is set on bound copies. Identity ignores ``val``."""
+    """A named integer in ``[min, max]``; bound copies hold a value (``_val``, None when unbound), read as
+    ``val`` (ValueError when unbound, as in ``reference``). Identity ignores the value."""
 
     def __init__(self, expr: str, min: int, max: int, *, val: int | None = None) -> None:
         if not isinstance(expr, str) or not expr:
@@ -151,24 +152,31 @@ class Variable(Node):
             raise ValueError(f"Variable {expr}: invalid bounds [{min!r}, {max!r}]")
         if val is not None and not min <= val <= max:
             raise ValueError(f"Variable {expr}: value {val} outside [{min}, {max}]")
-        self.expr, self.min, self.max, self.val = expr, min, max, val
+        self.expr, self.min, self.max, self._val = expr, min, max, val
 
     def _key(self) -> tuple[object, ...]:
         return (self.expr, self.min, self.max)
+
+    @property
+    def val(self) -> int:
+        """The bound value; ValueError naming the variable when it is unbound."""
+        if self._val is None:
+            raise ValueError(f"Variable {self.expr!r} is not bound (bind it first: .bind(value))")
+        return self._val
 
     def bind(self, val: int) -> Variable:
         """A copy bound to ``val`` (which must lie in the variable's range)."""
         if not isinstance(val, int):
             raise TypeError(f"Variable.bind {self.expr}: expected an int, got {val!r}")
-        if self.val is not None and self.val != val:
-            raise ValueError(f"Variable.bind {self.expr}: already bound to {self.val}, cannot bind {val}")
+        if self._val is not None and self._val != val:
+            raise ValueError(f"Variable.bind {self.expr}: already bound to {self._val}, cannot bind {val}")
         return Variable(self.expr, self.min, self.max, val=val)
 
     def unbind(self) -> tuple[Variable, int]:
         """Split a bound variable into its unbound copy and its value."""
-        if self.val is None:
+        if self._val is None:
             raise ValueError(f"Variable.unbind {self.expr}: variable is not bound")
-        return Variable(self.expr, self.min, self.max), self.val
+        return Variable(self.expr, self.min, self.max), self._val
 
     def vars(self) -> set[Variable]:
         return {self}
@@ -182,9 +190,9 @@ class Variable(Node):
     def evaluate(self, env: Mapping[str, int]) -> int:
         if self.expr in env:
             return env[self.expr]
-        if self.val is None:
+        if self._val is None:
             raise ValueError(f"evaluate: no value for variable {self.expr}")
-        return self.val
+        return self._val
 
 
 def _less(a: Any, b: Any) -> Any:

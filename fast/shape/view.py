@@ -132,7 +132,7 @@ class View:
 
     def unbind(self) -> tuple[View, dict[Variable, int]]:
         """This view with bound variables replaced by unbound ones, plus their values."""
-        bound = dict(var.unbind() for var in self.vars() if var.val is not None)
+        bound = dict(var.unbind() for var in self.vars() if var._val is not None)
         if not bound:
             return self, {}
         mapping: dict[Variable, Node | int] = {var: var for var in bound}

@@ -189,7 +189,7 @@ def test_symbolic_sizes_are_unbound_into_var_vals() -> None:
     out = window.e(BinaryOps.ADD, window).r(ReduceOps.SUM, (1,))
     (item,) = fast.schedule(out)
     assert item.var_vals == {rows: 3}
-    assert all(var.val is None for node in item.ast.walk() if node.arg is not None and hasattr(node.arg, "st")
+    assert all(var._val is None for node in item.ast.walk() if node.arg is not None and hasattr(node.arg, "st")
                for var in node.arg.st.vars())
     np.testing.assert_array_equal(to_numpy(out), 2 * data[:3].sum(1, keepdims=True))
 

@@ -253,7 +253,7 @@ def test_symbolic_shapes_unbind_and_indexing() -> None:
     tracker = ShapeTracker.from_shape((n.bind(3), 4))
     assert tracker.var_vals == {n: 3} and tracker.vars() == {n}
     unbound, values = tracker.unbind()
-    assert values == {n: 3} and all(v.val is None for v in unbound.vars())
+    assert values == {n: 3} and all(v._val is None for v in unbound.vars())
     assert tracker.reshape((n * 4,)).views[0].strides == (1,)
     assert len(tracker.permute((1, 0)).reshape((4, n)).views) == 1
     index, valid = tracker.permute((1, 0)).expr_idxs()

@@ -110,7 +110,7 @@ def test_bind_unbind_round_trip() -> None:
     bound = n.bind(4)
     assert bound.val == 4 and bound == n and hash(bound) == hash(n)
     unbound, value = bound.unbind()
-    assert unbound == n and unbound.val is None and value == 4
+    assert unbound == n and unbound._val is None and value == 4
     assert (bound * 2 + 1).evaluate({}) == 9
     with pytest.raises(ValueError):
         n.bind(11)

@@ -188,7 +188,7 @@ def test_vars_and_unbind() -> None:
     view = View.create((n.bind(5), 3))
     assert view.vars() == {n}
     unbound, values = view.unbind()
-    assert values == {n: 5} and all(v.val is None for v in unbound.vars())
+    assert values == {n: 5} and all(v._val is None for v in unbound.vars())
     assert view.strides == (3, 1) and View.create((3, n)).strides == (n, 1)
 
 
