@@ -38,11 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fast import config
 from fast.device import Buffer
 from fast.engine import replay_lanes
 from fast.engine.items import run_copy, run_custom
 from fast.engine.readback import READ_OBSERVERS
 from fast.engine.realize import RECORDING, SCHEDULE_OBSERVERS, get_kernel, runnable
+from fast.engine.replay_native import NativePlan, qualifies
 from fast.engine.schedule import ScheduleItem
 from fast.graph.node import LazyBuffer
 from fast.ops import KernelOps, LoadOps
@@ -197,6 +199,7 @@ class Plan:
         self.per_length = any(step.op is LoadOps.CUSTOM for step in steps)
         for buffer in self._held:
             buffer.ref(1)
+        self.native = NativePlan(steps, [position for position, _ in dynamic]) if qualifies(steps) else None
 
     def __del__(self) -> None:
         for buffer in getattr(self, "_held", ()):
@@ -212,6 +215,9 @@ class Plan:
         table = self.table.copy()
         for position, spec in self.dynamic:
             table[position] = self._make(spec, inputs, table)
+        native = self.native
+        if native is not None and native.usable and config.get().debug < 2 and native.run(table):
+            return [table[position] for position, *_ in self.outputs]  # type: ignore[misc]
         for step in self.steps:
             bufs = [table[position] for position in step.positions]
             _run_step(step, bufs, bound)  # type: ignore[arg-type]

@@ -61,13 +61,16 @@ def thread_cap(cap: int | None) -> Iterator[None]:
         _LOCAL.cap = previous
 
 
-def threads_for(work: int) -> int:
-    """How many threads a kernel with `work` estimated bytes + flops gets (within `thread_cap`)."""
-    if work < config.get().parallel_min_work:
-        return 1
+def thread_budget() -> int:
+    """The threads a large kernel launched from this thread gets: every usable core, within `thread_cap`."""
     cap: int | None = getattr(_LOCAL, "cap", None)
     count = cpu.thread_count()
     return count if cap is None else max(1, min(count, cap))
+
+
+def threads_for(work: int) -> int:
+    """How many threads a kernel with `work` estimated bytes + flops gets (within `thread_cap`)."""
+    return 1 if work < config.get().parallel_min_work else thread_budget()
 
 
 def chunk_count(work: int, threads: int, per_thread: int = 0) -> int:

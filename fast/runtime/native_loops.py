@@ -178,17 +178,112 @@ done:
 """
 
 
+def _program_ir() -> str:
+    """`fast_program(board, words, nsteps, wait_polls)`: run a sequence of kernels (runtime/sequence.py)
+    on the caller, posting each threaded step's chunks on `board` for the crew; returns the board's
+    last generation. A step is `chunks, function, count, arguments...`: chunks 0 calls the function
+    as listed, 1 calls it with `core, cores` = `0, 1`, more posts that many chunks, claims with the
+    workers and waits for the chunks they claimed (polling `wait_polls`, then napping
+    `fast_nap`: 50 µs doubling to 250 µs, one poll between naps)."""
+    return f"""
+define void @fast_nap(i64 %us) {{
+  %f = load ptr, ptr @nap_fn, align 8
+  %u = trunc i64 %us to i32
+  %r = call i32 %f(i32 %u)
+  ret void
+}}
+
+define i64 @fast_program(ptr %board, ptr %words, i64 %nsteps, i64 %wait_polls) {{
+entry:
+  %w0 = load atomic i64, ptr %board acquire, align 8
+  %g0 = lshr i64 %w0, 32
+  %donep = getelementptr i64, ptr %board, i64 {DONE}
+  %callp = getelementptr i64, ptr %board, i64 {CALL}
+  %countp = getelementptr i64, ptr %board, i64 {COUNT}
+  %modep = getelementptr i64, ptr %board, i64 {MODE}
+  %argsp = getelementptr i64, ptr %board, i64 {ARGS}
+  %any = icmp sgt i64 %nsteps, 0
+  br i1 %any, label %step, label %end
+step:
+  %s = phi i64 [ 0, %entry ], [ %s1, %next ]
+  %pos = phi i64 [ 0, %entry ], [ %pos1, %next ]
+  %gen = phi i64 [ %g0, %entry ], [ %gen1, %next ]
+  %kp = getelementptr i64, ptr %words, i64 %pos
+  %k = load i64, ptr %kp, align 8
+  %fnpos = add i64 %pos, 1
+  %cntpos = add i64 %pos, 2
+  %cp = getelementptr i64, ptr %words, i64 %cntpos
+  %count = load i64, ptr %cp, align 8
+  %argpos = add i64 %pos, 3
+  %pos1 = add i64 %argpos, %count
+  %plain = icmp eq i64 %k, 0
+  br i1 %plain, label %direct, label %threaded
+direct:
+  call void @fast_calls(ptr %words, i64 %fnpos, i64 1)
+  br label %next
+threaded:
+  %fnp = getelementptr i64, ptr %words, i64 %fnpos
+  %fn = load i64, ptr %fnp, align 8
+  store i64 %fn, ptr %callp, align 8
+  store i64 %count, ptr %countp, align 8
+  store i64 {CHUNKS}, ptr %modep, align 8
+  %src = getelementptr i64, ptr %words, i64 %argpos
+  %bytes = mul i64 %count, 8
+  call void @llvm.memcpy.p0.p0.i64(ptr %argsp, ptr %src, i64 %bytes, i1 false)
+  %single = icmp eq i64 %k, 1
+  br i1 %single, label %alone, label %shared
+alone:
+  call void @fast_chunk(ptr %board, i64 0, i64 1)
+  br label %next
+shared:
+  %ga = add i64 %gen, 1
+  %gb = and i64 %ga, 2147483647
+  store i64 0, ptr %donep, align 8
+  %hi = shl i64 %gb, 32
+  %kk = shl i64 %k, 16
+  %word = or i64 %hi, %kk
+  store atomic i64 %word, ptr %board release, align 8
+  %ran = call i64 @fast_claim(ptr %board)
+  br label %wait
+wait:
+  %nap = phi i64 [ 50, %shared ], [ %nap2, %sleep ]
+  %limit = phi i64 [ %wait_polls, %shared ], [ 1, %sleep ]
+  %v = call i64 @fast_wait_count(ptr %donep, i64 %k, i64 %limit)
+  %ok = icmp sge i64 %v, %k
+  br i1 %ok, label %next, label %sleep
+sleep:
+  call void @fast_nap(i64 %nap)
+  %nap1 = shl i64 %nap, 1
+  %big = icmp sgt i64 %nap1, 250
+  %nap2 = select i1 %big, i64 250, i64 %nap1
+  br label %wait
+next:
+  %gen1 = phi i64 [ %gen, %direct ], [ %gen, %alone ], [ %gb, %wait ]
+  %s1 = add i64 %s, 1
+  %more = icmp slt i64 %s1, %nsteps
+  br i1 %more, label %step, label %end
+end:
+  %last = phi i64 [ %g0, %entry ], [ %gen1, %next ]
+  ret i64 %last
+}}
+"""
+
+
 def _ir(pause: str, declare: str) -> str:
-    """The module: `fast_init` (sched_yield's address), `fast_relax` (one poll's pause),
+    """The module: `fast_init` (sched_yield's and usleep's addresses), `fast_relax` (one poll's pause),
     `fast_spin` (poll a word), `fast_wait_count` (poll a counter), `fast_publish` (release store),
-    the calling loops, `fast_claim`, and `fast_serve` (a worker's loop: claim board tasks, return on
-    a Python job or after `limit` polls without work)."""
+    the calling loops, `fast_claim`, `fast_program` (a kernel sequence on the caller), and
+    `fast_serve` (a worker's loop: claim board tasks, return on a Python job or after `limit` polls
+    without work)."""
     return f"""
 {declare}
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 @yield_fn = internal global ptr null
+@nap_fn = internal global ptr null
 
-define void @fast_init(ptr %y) {{
+define void @fast_init(ptr %y, ptr %n) {{
   store ptr %y, ptr @yield_fn, align 8
+  store ptr %n, ptr @nap_fn, align 8
   ret void
 }}
 
@@ -214,6 +309,7 @@ define void @fast_publish(ptr %p, i64 %value) {{
 }}
 {_calls_ir()}
 {_claim_ir()}
+{_program_ir()}
 define i64 @fast_serve(ptr %job, ptr %board, i64 %seen, i64 %first, i64 %idle) {{
 entry:
   br label %loop
@@ -255,27 +351,29 @@ class Natives:
     publish: Callable[[int, int], None]
     claim: Callable[[int], int]
     serve: Callable[[int, int, int, int, int], int]
+    program: Callable[[int, int, int, int], int]  # fast_program(board, words, nsteps, wait_polls)
     native_jobs: bool  # whether kernels may be called with int64 words (see the module docstring)
     engine: Any
 
 
-def _yield_address() -> int:
-    """The address of the C library's `sched_yield` (a no-op function's when there is none)."""
+def _libc_address(name: str) -> int:
+    """The address of the C library's function `name` (`sched_yield`, `usleep`), or 0 without one."""
     try:
-        return ctypes.cast(ctypes.CDLL(None).sched_yield, ctypes.c_void_p).value or 0
+        return ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value or 0
     except (AttributeError, OSError):
         return 0
 
 
 @functools.lru_cache(maxsize=1)
 def natives() -> Natives | None:
-    """The loops, compiled once per process, or None without llvmlite (or without sched_yield)."""
+    """The loops, compiled once per process, or None without llvmlite (or without sched_yield and
+    usleep)."""
     try:
         import llvmlite.binding as llvm
     except ImportError:
         return None
-    address = _yield_address()
-    if not address:
+    address, nap = _libc_address("sched_yield"), _libc_address("usleep")
+    if not address or not nap:
         return None
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
@@ -289,11 +387,12 @@ def natives() -> Natives | None:
 
     def function(name: str, restype: Any, *argtypes: Any) -> Any:
         return ctypes.CFUNCTYPE(restype, *argtypes)(engine.get_function_address(name))
-    function("fast_init", None, void_p)(address)
+    function("fast_init", None, void_p, void_p)(address, nap)
     native_jobs = ctypes.sizeof(void_p) == 8 and machine_name in ("x86_64", "amd64", "aarch64", "arm64")
     return Natives(function("fast_spin", i64, void_p, i64, i64), function("fast_wait_count", i64, void_p, i64, i64),
                    function("fast_publish", None, void_p, i64), function("fast_claim", i64, void_p),
-                   function("fast_serve", i64, void_p, void_p, i64, i64, i64), native_jobs, engine)
+                   function("fast_serve", i64, void_p, void_p, i64, i64, i64),
+                   function("fast_program", i64, void_p, void_p, i64, i64), native_jobs, engine)
 
 
 def spin_function() -> Callable[[int, int, int], int] | None:

@@ -111,10 +111,13 @@ class _Worker:
                 continue
             self.doorbell.clear()  # idle since the last job (or since waking): sleep
             self.asleep = True
+            rung = True
             if int(self.words[POSTED]) == seen and not _open(self.board):
-                self.doorbell.wait(0.1)
+                rung = self.doorbell.wait(0.1)
             self.asleep = False
-            first = 1  # after sleeping, look once: poll only after a job
+            # rung: work is coming (a kernel sequence posts its chunks one by one): poll as after a
+            # job; woken by the timeout: look once
+            first = idle_polls() if rung else 1
 
     def _run_python(self, generation: int) -> None:
         job, self.job = self.job, None
@@ -207,9 +210,19 @@ class Crew:
         self.generation = (self.generation + 1) & 0x7FFF_FFFF
         self.board[DONE] = 0
         self.loops.publish(self.board_address + 8 * CLAIM, (self.generation << 32) | (tasks << 16))
+        self.ring()
+
+    def ring(self) -> None:
+        """Wake the sleeping workers (they poll the board for `config.worker_spin_us` once woken)."""
         for worker in self.workers:
             if worker.asleep:
                 worker.doorbell.set()
+
+    def sequence(self, words_address: int, steps: int) -> None:
+        """Run `steps` kernels listed at `words_address` (runtime/sequence.py) on this thread with the
+        workers claiming threaded steps' chunks (native_loops `fast_program`). The caller holds `lock`."""
+        self.ring()
+        self.generation = self.loops.program(self.board_address, words_address, steps, polls(CLAIM_WAIT_US))
 
     def _wait(self, tasks: int) -> None:
         """Wait until `tasks` tasks are done (every one is claimed by now): poll, then nap."""
