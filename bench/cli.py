@@ -1,7 +1,10 @@
 """`python -m bench`: options, the run (fresh compile cache, bandwidth, workloads), the outputs.
 
+Results go to a new temporary folder unless `--save`, `--out-dir` or `--out-prefix` asks for
+bench/results/ or another folder (bench/outputs.py); the last line names the files actually written.
 Exit status: 0 when every check passed, 1 when a check failed or a row raised (the results are
-written either way), 2 for bad options.
+written either way), 2 for bad options (unknown ones, unknown workloads, devices that cannot run
+here), which are refused before anything runs.
 """
 from __future__ import annotations
 
@@ -16,15 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import fast
-from bench import RESULTS_DIR, SCHEMA
+from bench import SCHEMA
 from bench.ceiling import measure_read_ceiling
 from bench.machine import machine_info, measure_bandwidth, measure_fma_peak
 from bench.minilm import minilm_tables
+from bench.outputs import add_output_options, destination, unusable_device
 from bench.peers import load_peers
 from bench.report import detail_lines, summary_lines, text_table, write_all
 from bench.suite import Plan, failures, run_all
 from bench.timing import Budget, as_dict
 from bench.workloads import WORKLOADS, by_name
+
+DEFAULT_PREFIX = "latest"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,14 +47,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-repeats", type=int, default=20, help="at most this many warm repeats (default 20)")
     parser.add_argument("--peers", default="torch,jax", help="optional peers to try besides numpy (default torch,jax;"
                         " '' for none)")
-    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help=f"where results go (default {RESULTS_DIR})")
-    parser.add_argument("--out-prefix", default="latest", help="file name stem of the results (default latest)")
+    add_output_options(parser, DEFAULT_PREFIX)
     parser.add_argument("--no-png", action="store_true", help="do not draw the chart")
     parser.add_argument("--bandwidth-mib", type=int, help="size of the bandwidth copy (default 256, 32 with --quick)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--note", action="append", default=[], help="a note to record with the results "
                         "(repeatable), e.g. which checkout of fast was measured")
     return parser.parse_args(argv)
+
+
+def refused(options: argparse.Namespace) -> str | None:
+    """Why the options cannot run (an unknown workload, a device this machine cannot run), else None."""
+    try:
+        by_name(options.only)
+    except ValueError as error:
+        return str(error)
+    devices = [device.strip() for device in options.devices.split(",") if device.strip()]
+    if not devices:
+        return "--devices names no device"
+    reasons = [reason for reason in map(unusable_device, devices) if reason is not None]
+    return "; ".join(reasons) if reasons else None
 
 
 def fast_info() -> dict[str, Any]:
@@ -118,20 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     options = parse_args(argv)
     options.argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        by_name(options.only)
-    except ValueError as error:
-        print(f"python -m bench: {error}", file=sys.stderr)
+    refusal = refused(options)
+    if refusal is not None:
+        print(f"python -m bench: {refusal}", file=sys.stderr)
         return 2
     print(f"fast from {fast.__file__}", flush=True)
+    out_dir, prefix = destination(options, DEFAULT_PREFIX)
     result = measure(options)
-    write_all(result, options.out_dir, options.out_prefix, png=not options.no_png)
+    written = write_all(result, out_dir, prefix, png=not options.no_png)
     print()
     print("\n".join(summary_lines(result)))
     print(text_table(result))
     print("\n".join(minilm_tables(result)))
     print("\n".join(line for line in detail_lines(result) if not line.startswith("FAILED")))
-    print(f"wrote {options.out_dir / options.out_prefix}.{{json,md,png}} in {result['wall_s']} s")
+    print(f"ran in {result['wall_s']} s; wrote {', '.join(str(path) for path in written)}")
     for line in result["failures"]:
         print(f"FAILED: {line}", file=sys.stderr)
     if result["failures"]:

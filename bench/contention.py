@@ -12,8 +12,10 @@ Timing: per round, each mode runs `calls` consecutive calls (one untimed call fi
 switch is not timed), the rounds alternating the modes; the median of every timed call is kept.
 Each call builds the graph and realizes it (the replay path, as a loop of realizes runs).
 
-`python -m bench.contention [--devices CLANG] [--calls 25] [--rounds 3] [--quick] [--out-prefix P]`
-writes bench/results/<P>.{json,md}; `python -m bench --only contention` runs it as one row per device.
+`python -m bench.contention [--devices CLANG] [--calls 25] [--rounds 3] [--quick] [--save | --out-prefix P]`
+writes <P>.{json,md} (default contention-latest) into a new temporary folder, or into bench/results/ with
+`--save` or `--out-prefix` (bench/outputs.py); `python -m bench --only contention` runs it as one row
+per device.
 """
 from __future__ import annotations
 
@@ -37,8 +39,9 @@ from typing import Any
 import numpy as np
 
 import fast
-from bench import RESULTS_DIR, graphs
+from bench import graphs
 from bench.machine import machine_info
+from bench.outputs import add_output_options, destination, unusable_device
 from bench.runner import count_kernels
 from fast import BinaryOps, config
 from fast.runtime import cpu
@@ -282,19 +285,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=25)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out-prefix", default="contention-latest")
+    add_output_options(parser, "contention-latest")
     parser.add_argument("--note", action="append", default=[])
     options = parser.parse_args(argv)
+    devices = [name.strip() for name in options.devices.split(",") if name.strip()]
+    reasons = [reason for reason in map(unusable_device, devices) if reason is not None]
+    if reasons:
+        print(f"python -m bench.contention: {'; '.join(reasons)}", file=sys.stderr)
+        return 2
     result: dict[str, Any] = {
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["python -m bench.contention", *(sys.argv[1:] if argv is None else argv)]),
         "machine": machine_info(), "notes": options.note, "devices": {}}
-    for device in (name.strip() for name in options.devices.split(",") if name.strip()):
+    for device in devices:
         print(f"{device}:", flush=True)
         result["devices"][device] = run_contention(device, options.calls, options.rounds, options.quick,
                                                    lambda line: print(line, flush=True))
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS_DIR / options.out_prefix
+    folder, prefix = destination(options, "contention-latest")
+    stem = folder / prefix
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
     stem.with_suffix(".md").write_text(markdown(result))
     print(f"wrote {stem}.{{json,md}}")

@@ -254,11 +254,17 @@ def write_png(result: dict[str, Any], path: Path) -> str | None:
     return None
 
 
-def write_all(result: dict[str, Any], out_dir: Path, prefix: str, png: bool) -> None:
-    """Write <prefix>.png (when asked and possible), then .json and .md; what was skipped goes in the notes."""
+def write_all(result: dict[str, Any], out_dir: Path, prefix: str, png: bool) -> list[Path]:
+    """Write <prefix>.png (when asked and possible), then .json and .md; what was skipped goes in the notes.
+    Returns the paths written, in that order (no PNG path when none was written)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    why_not = write_png(result, out_dir / f"{prefix}.png") if png else "PNG not drawn (--no-png)"
+    png_path = out_dir / f"{prefix}.png"
+    why_not = write_png(result, png_path) if png else "PNG not drawn (--no-png)"
     if why_not:
         result.setdefault("notes", []).append(why_not)
-    (out_dir / f"{prefix}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out_dir / f"{prefix}.md").write_text(markdown(result))
+    written = [] if why_not else [png_path]
+    for path, text in ((out_dir / f"{prefix}.json", json.dumps(result, indent=2) + "\n"),
+                       (out_dir / f"{prefix}.md", markdown(result))):
+        path.write_text(text)
+        written.append(path)
+    return written
