@@ -51,6 +51,8 @@ from fast.shape.symbolic import Node, Variable
 SCRATCH_BYTES = 2 << 20
 #: The fewest rows per batch for which packing B pays (fewer: the plain register tiles of opt.py).
 MIN_ROWS = 32
+#: At most this many micro-panels of B: each block of A is its own group (`choose_tiles`).
+FEW_PANELS = 2
 #: A is packed only when K is at least `PACK_A_MIN_K` and B has at least `PACK_A_MIN_PANELS`
 #: micro-panels: shorter rows (attention's heads of 32) are too short to compete for cache sets, and
 #: with few panels each packed row is read too few times to repay its copy (attention's `p @ v`, N =
@@ -170,5 +172,7 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     total_panels = -(-n // (vectors * lanes))
     blocks = -(-(total_panels * panel_bytes) // SCRATCH_BYTES)
     panels = -(-total_panels // blocks)
-    group = max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
+    # one block per group when few panels reuse it (a narrow B, as a linear layer on a few tokens):
+    # the block's bound pass then reads rows the previous block's tile prefetched
+    group = 1 if total_panels <= FEW_PANELS else max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
     return GemmTiles(rows, vectors, lanes, group * rows, panels)

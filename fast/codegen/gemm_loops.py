@@ -32,7 +32,7 @@ from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps
 from fast.renderer.base import RendererOptions
-from fast.shape.symbolic import Node, NumNode, Variable
+from fast.shape.symbolic import Node, NumNode, Variable, sym_and
 
 #: The longest rows of unpacked A whose next block is prefetched (cache lines per row: K / 16).
 PREFETCH_MAX_K = 256
@@ -312,6 +312,23 @@ class _Emitter:
                 index, valid = st.expr_idxs([env.get(axis, NumNode(0)) for axis in range(len(sizes))])
                 self.b.prefetch(self.shape.a.arg.idx, self.render(index), self.ctx.indexes.both(exists, valid))
 
+    def prefetch_spread(self, block: Variable, step: Variable) -> None:
+        """Unpacked A with K over `PREFETCH_MAX_K`: step k of the micro-kernel hints one cache line
+        of the next block's rows, line k of them (row k % MR, columns from (k // MR) * line), so
+        the next block streams in while this one computes, one line per step (a burst of them
+        would fill the core's miss buffers and stall the tile). Each hint is guarded by the row and
+        the column existing: only addresses the kernel reads."""
+        if self.packed_a is not None or not self.prefetch or self.k <= PREFETCH_MAX_K:
+            return
+        line, rows = max(1, 64 // self.dtype.itemsize), self.tiles.rows
+        following = block * rows + rows + step % rows
+        column = (step // rows) * line
+        env = {**self.env, **self.split(self.shape.rows, following), self.shape.reduce: column}
+        sizes = self.shape.sizes
+        index, valid = self.shape.a.arg.st.expr_idxs([env.get(axis, NumNode(0)) for axis in range(len(sizes))])
+        inside = self.ctx.indexes.render_bool(sym_and([following < self.m, column < self.k]))
+        self.b.prefetch(self.shape.a.arg.idx, self.render(index), self.ctx.indexes.both(inside, valid))
+
     def vector(self, width: int) -> DType:
         return self.dtype.vec(width) if width > 1 else self.dtype
 
@@ -320,6 +337,7 @@ class _Emitter:
         """The K steps of the micro-kernel: the packed columns of B, one broadcast of A per row."""
         b = self.b
         step = self.loop("k", self.const(0), self.const(self.k), self.k - 1, LoopKind.REDUCE)
+        self.prefetch_spread(block, step)
         base = (self.local_panel(panel) * self.k + step) * self.tiles.columns
         packed = [b.load(self.packed_b.idx, self.vector(width), self.render(base + offset))
                   for offset, width in columns]

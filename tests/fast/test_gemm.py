@@ -166,3 +166,26 @@ def test_tiles_follow_the_registers_and_fit_the_scratch() -> None:
         assert tiles.rows * tiles.vectors <= (24 if registers == 32 else 12)
         assert tiles.lanes * 4 == lanes_bytes and tiles.group_rows % tiles.rows == 0
         assert tiles.panels * tiles.columns * 384 * 4 <= gemm.SCRATCH_BYTES
+
+
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tokens,k,n", [(4, 257, 33), (5, 300, 37), (16, 384, 48), (17, 515, 45), (7, 1031, 97),
+                                        (1, 300, 40)])
+def test_linear_on_few_tokens_prefetches_the_next_rows(device: str, tokens: int, k: int, n: int) -> None:
+    """`x @ W.T + bias` on a few tokens (B narrow: few panels, each block of W's rows its own group):
+    with K over PREFETCH_MAX_K each step of the micro-kernel hints one line of the next block's rows
+    (guarded: the last block and, for K not a multiple of the line, the last column); the values
+    on the edges (N % MR rows, the tail of K) agree, and an overflowing block runs unfused."""
+    from fast.codegen import gemm_loops
+
+    rng = np.random.default_rng(tokens * 7 + k + n)
+    a, w, bias = _random(rng, (tokens, k)), _random(rng, (n, k)), _random(rng, (n,))
+    w[n - 1, k - 1] = 1e30  # beyond FMA_BOUNDS: the last block's bound flag fails: its products run unfused
+    x, wx, bx = (xp.asarray(v, device=device) for v in (a, w, bias))
+    out = x @ wx.mT + bx
+    program = _gemm_program(out)
+    assert bool(program.scratch) == (tokens >= 4)  # type: ignore[attr-defined]  (one token: a matvec, opt.py)
+    if OPTIONS.prefetch and k > gemm_loops.PREFETCH_MAX_K and tokens >= 4:
+        assert any(instr.op.name == "PREFETCH" for instr in program.instrs)  # type: ignore[attr-defined]
+    _check(np.asarray(out), a, np.ascontiguousarray(w.T), bias)
