@@ -14,6 +14,12 @@ Value: a pickle of (LinearProgram, source). Files are written atomically next to
 libraries (`FAST_CACHE_DIR`, runtime/base.py), so parallel processes and tests are safe; a file
 that cannot be read or unpickled is treated as missing. `DISABLE_COMPILER_CACHE=1` turns the store
 off with the library cache.
+
+In-process memo: what this process loaded or saved is kept (`MEMO`, the last `MEMO_SIZE` keys), so
+a kernel asked for twice (engine/prebuild.py asks before the item runs) is read and unpickled
+once. Programs are frozen values, so sharing one object is safe. The memo is only consulted where
+the disk store would be (not while suspended or with the cache disabled), and the key fixes the
+cache folder's contents, so it never answers differently from the file.
 """
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ import functools
 import hashlib
 import os
 import pickle
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +43,9 @@ from fast.runtime.base import atomic_write
 _CODE_PARTS = ("codegen", "renderer", "shape", "ops.py", "dtype.py")
 NAMESPACE = "programs"
 _SUSPENDED = [0]  # > 0: `suspend` is in effect
+MEMO_SIZE = 1024
+MEMO: OrderedDict[tuple[str, str], tuple[LinearProgram, str]] = OrderedDict()  # (cache folder, key) -> value
+_MEMO_LOCK = threading.Lock()
 
 
 def suspend() -> Callable[[], None]:
@@ -74,12 +85,20 @@ def _canonical(value: Any) -> str:
     return repr(value)
 
 
+@functools.lru_cache(maxsize=64)
+def _options_text(options: Any) -> str:
+    """`_canonical(options)`, once per (hashable, frozen) RendererOptions value: a few thousand
+    nodes of text that every kernel's key would otherwise rebuild."""
+    return _canonical(options)
+
+
 def program_key(ast: LazyOp, renderer: str, options: Any, settings: tuple[Any, ...]) -> str:
     """The store's key of one kernel (module docstring): `renderer` names the renderer's class,
     `options` are the RendererOptions lowering got, `settings` the rest (lowering settings, constant
     parameters or not)."""
     structure, bits = kernel_keys(ast)
-    text = "\0".join((code_digest(), renderer, _canonical(options), repr(settings), repr(structure.nodes), repr(bits)))
+    text = "\0".join((code_digest(), renderer, _options_text(options), repr(settings), repr(structure.nodes),
+                      repr(bits)))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -87,22 +106,41 @@ def _path(key: str) -> str:
     return os.path.join(config.get().cache_dir, NAMESPACE, key[:2], key + ".pkl")
 
 
+def _remember(memo_key: tuple[str, str], value: tuple[LinearProgram, str]) -> None:
+    with _MEMO_LOCK:
+        MEMO[memo_key] = value
+        MEMO.move_to_end(memo_key)
+        while len(MEMO) > MEMO_SIZE:
+            MEMO.popitem(last=False)
+
+
 def load(key: str) -> tuple[LinearProgram, str] | None:
     """The stored (program, source) of `key`, or None."""
-    if config.get().disable_compile_cache or _SUSPENDED[0]:
+    settings = config.get()
+    if settings.disable_compile_cache or _SUSPENDED[0]:
         return None
+    memo_key = (settings.cache_dir, key)
+    with _MEMO_LOCK:
+        found = MEMO.get(memo_key)
+    if found is not None:
+        return found
     try:
         with open(_path(key), "rb") as handle:
             program, source = pickle.load(handle)
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError):
         return None
-    return (program, source) if isinstance(program, LinearProgram) and isinstance(source, str) else None
+    if not (isinstance(program, LinearProgram) and isinstance(source, str)):
+        return None
+    _remember(memo_key, (program, source))
+    return program, source
 
 
 def save(key: str, program: LinearProgram, source: str) -> None:
     """Store (program, source) under `key` (atomically; a failure to write only costs a later miss)."""
-    if config.get().disable_compile_cache or _SUSPENDED[0]:
+    settings = config.get()
+    if settings.disable_compile_cache or _SUSPENDED[0]:
         return
+    _remember((settings.cache_dir, key), (program, source))
     try:
         atomic_write(_path(key), pickle.dumps((program, source), protocol=pickle.HIGHEST_PROTOCOL))
     except OSError:

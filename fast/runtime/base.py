@@ -12,6 +12,7 @@ Contracts:
   `config.get().cache_dir` keyed by sha256(compiler identity, flags, source) when present; writes are
   atomic (temp file in the same directory + `os.replace`) so parallel processes can share the cache.
   `config.get().disable_compile_cache` bypasses the cache entirely.
+  `Compiler.is_cached(src)`: whether `compile_cached(src)` would only read the disk (never compiles).
 - `Compiled.runtime(function_name, lib, launch_dims) -> Program`, `launch_dims` being what
   `Renderer.launch_dims(program)` gave for the kernel (None on CPUs: they ignore it; a GPU's
   (grid, block) sizes); `Program(*handles, vals=(), wait=False)` runs the
@@ -100,8 +101,9 @@ class Compiler(ABC):
     decides the output: compiler path and version, flags) and `compile(src)`."""
 
     cache_namespace = "compiler"
-    #: Each compile runs in its own process (and holds no lock of this one), so several may run at
-    #: once from threads (engine/prebuild.py).
+    #: `compile_cached` may run on other threads while the caller goes on (engine/prebuild.py):
+    #: it touches no state of this process that lowering uses and releases the GIL while it works
+    #: (CLANG: a compiler process per source; LLVM: llvmlite's C calls, on a context of their own).
     parallel_builds = False
 
     @abstractmethod
@@ -117,12 +119,18 @@ class Compiler(ABC):
         COMPILE_COUNTER.add(compiles=1)
         return self.compile(src)
 
+    def _cache_path(self, src: str) -> str:
+        return os.path.join(config.get().cache_dir, self.cache_namespace, self.cache_key(src) + ".bin")
+
+    def is_cached(self, src: str) -> bool:
+        """Whether the library for `src` is in the disk cache (False with the cache disabled)."""
+        return not config.get().disable_compile_cache and os.path.exists(self._cache_path(src))
+
     def compile_cached(self, src: str) -> bytes:
         """The library for `src`, compiled at most once per (identity, source) across processes."""
-        settings = config.get()
-        if settings.disable_compile_cache:
+        if config.get().disable_compile_cache:
             return self._invoke(src)
-        path = os.path.join(settings.cache_dir, self.cache_namespace, self.cache_key(src) + ".bin")
+        path = self._cache_path(src)
         COMPILE_COUNTER.add(lookups=1)
         try:
             with open(path, "rb") as handle:

@@ -9,6 +9,11 @@ llvmlite, loaded into an MCJIT execution engine, called with ctypes like CLANG k
   intrinsic (never emitted), so `a*b+c` stays two roundings.
 - library format: `LIBRARY_MAGIC`, a 16-character digest of the source, then the object file. The
   compiler renames the kernel `<name>__<digest>` because kernel names repeat across programs.
+- threads: each compile parses its module into an LLVM context of its own, so compiles may run on
+  other threads (`parallel_builds`, engine/prebuild.py) while the caller lowers the next kernels;
+  llvmlite runs one C call at a time under its own lock and releases the GIL inside it, so LLVM
+  compiles do not overlap each other, only Python work. The identity is computed once per process
+  (it asks LLVM, which would wait for that lock).
 - caching: the library bytes are what `Compiler.compile_cached` stores on disk (`<cache_dir>/llvm/`),
   keyed by sha256(identity, source); the identity names llvmlite, the LLVM version, triple, host CPU
   and features, the optimisation level, relocation/code model and library format, so a cached object
@@ -84,6 +89,17 @@ LIBRARY_MAGIC = b"FASTLLVM1\0"
 _DIGEST_CHARS = 16
 
 
+@functools.lru_cache(maxsize=1)
+def _identity() -> str:
+    """Everything besides the source that decides a library (module docstring), once per process."""
+    binding = _require_llvmlite()
+    _initialise()
+    version = ".".join(str(part) for part in binding.llvm_version_info)
+    return (f"llvmlite {llvmlite.__version__}\nLLVM {version}\n{binding.get_process_triple()}\n"
+            f"{binding.get_host_cpu_name()}\n{binding.get_host_cpu_features().flatten()}\n"
+            f"O{LLVM_OPT_LEVEL} reloc={RELOC} codemodel={CODE_MODEL}\n{LIBRARY_MAGIC!r}")
+
+
 class LLVMCompiler(Compiler):
     """LLVM IR text -> a library: `LIBRARY_MAGIC`, a 16-character source digest, then the object file.
 
@@ -91,20 +107,17 @@ class LLVMCompiler(Compiler):
     so objects of different kernels that share a name can live in one JIT engine."""
 
     cache_namespace = "llvm"
+    parallel_builds = True  # see the module docstring: a context per compile, llvmlite's lock
 
     def identity(self) -> str:
-        binding = _require_llvmlite()
-        _initialise()
-        version = ".".join(str(part) for part in binding.llvm_version_info)
-        return (f"llvmlite {llvmlite.__version__}\nLLVM {version}\n{binding.get_process_triple()}\n"
-                f"{binding.get_host_cpu_name()}\n{binding.get_host_cpu_features().flatten()}\n"
-                f"O{LLVM_OPT_LEVEL} reloc={RELOC} codemodel={CODE_MODEL}\n{LIBRARY_MAGIC!r}")
+        return _identity()
 
     def compile(self, src: str) -> bytes:
         _require_llvmlite()
         machine = _compile_machine()
+        context = llvm.create_context()  # the module's own: compiles on other threads share no context
         try:
-            module = llvm.parse_assembly(src)
+            module = llvm.parse_assembly(src, context)
             module.verify()
         except RuntimeError as error:
             raise RuntimeError(f"LLVM: invalid IR: {error}\n--- source ---\n{src}") from error

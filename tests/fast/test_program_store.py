@@ -1,6 +1,7 @@
 """Lowered and rendered kernels kept on disk (fast/engine/program_store.py): a process whose cache is
-warm lowers and renders nothing; keys change with the constants' bits, the renderer options, the
-lowering settings and the code; unreadable files are misses."""
+warm lowers, renders and compiles nothing; keys change with the constants' bits, the renderer
+options, the lowering settings and the code; unreadable files are misses; the in-process memo
+answers as the file would, per cache folder."""
 from __future__ import annotations
 
 import importlib
@@ -16,6 +17,7 @@ from fast import config
 from fast.engine import program_store
 from fast.engine.realize import AST_KERNELS, PROGRAMS
 from fast.renderer.base import cpu_options
+from fast.runtime.base import COMPILE_COUNTER
 
 DEVICES = ("CLANG", "LLVM")
 realize = importlib.import_module("fast.engine.realize")  # the package exports a function of that name
@@ -26,6 +28,7 @@ def empty_process_caches() -> Iterator[None]:
     saved, saved_ast = dict(PROGRAMS), dict(AST_KERNELS)
     PROGRAMS.clear()
     AST_KERNELS.clear()
+    program_store.MEMO.clear()
     yield
     PROGRAMS.clear()
     AST_KERNELS.clear()
@@ -58,9 +61,12 @@ def test_a_warm_store_lowers_nothing(device: str, tmp_path: Path, monkeypatch: p
         assert calls, "the cold store lowers"
         PROGRAMS.clear()
         AST_KERNELS.clear()  # as in a new process: only the disk remains
+        program_store.MEMO.clear()
         calls.clear()
+        compiles = COMPILE_COUNTER.snapshot()[0]
         again = fast.to_numpy(_graph(device, 3.0))
         assert not calls, "a warm store must not lower again"
+        assert COMPILE_COUNTER.snapshot()[0] == compiles, "a warm cache must not compile again"
     np.testing.assert_array_equal(first, again)
     np.testing.assert_array_equal(first, (np.arange(40, dtype=np.float32).reshape(5, 8) * 3.0).sum(1, keepdims=True))
 
@@ -86,6 +92,25 @@ def test_unreadable_entries_are_misses(tmp_path: Path) -> None:
         assert program_store.load(key) is None
         with config.override(disable_compile_cache=True):
             assert program_store.load(key) is None
+
+
+def test_the_memo_answers_per_cache_folder_as_the_file_would(tmp_path: Path) -> None:
+    x = fast.from_numpy(np.ones((4, 4), np.float32), "CLANG")
+    ast = fast.schedule(x.e(fast.BinaryOps.ADD, x.const(1.0)))[-1].ast
+    key = program_store.program_key(ast, "CRenderer", cpu_options(32), ((False, 1), False))
+    program, source = realize.lower(ast, cpu_options(32)), "int kernel;"
+    with config.override(cache_dir=str(tmp_path / "one")):
+        program_store.save(key, program, source)
+        Path(program_store._path(key)).unlink()
+        assert program_store.load(key) == (program, source)  # kept in memory, not read again
+    with config.override(cache_dir=str(tmp_path / "two")):
+        assert program_store.load(key) is None, "another cache folder has its own contents"
+    with config.override(cache_dir=str(tmp_path / "one"), disable_compile_cache=True):
+        assert program_store.load(key) is None, "a disabled cache answers nothing, memo included"
+    resume = program_store.suspend()
+    with config.override(cache_dir=str(tmp_path / "one")):
+        assert program_store.load(key) is None, "a suspended store answers nothing, memo included"
+    resume()
 
 
 def test_stored_variables_hash_like_new_ones_in_another_process(tmp_path: Path) -> None:
