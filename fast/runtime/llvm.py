@@ -9,11 +9,12 @@ llvmlite, loaded into an MCJIT execution engine, called with ctypes like CLANG k
   intrinsic (never emitted), so `a*b+c` stays two roundings.
 - library format: `LIBRARY_MAGIC`, a 16-character digest of the source, then the object file. The
   compiler renames the kernel `<name>__<digest>` because kernel names repeat across programs.
-- threads: each compile parses its module into an LLVM context of its own, so compiles may run on
-  other threads (`parallel_builds`, engine/prebuild.py) while the caller lowers the next kernels;
-  llvmlite runs one C call at a time under its own lock and releases the GIL inside it, so LLVM
-  compiles do not overlap each other, only Python work. The identity is computed once per process
-  (it asks LLVM, which would wait for that lock).
+- two at once: each compile parses its module into an LLVM context of its own, so compiles may run
+  on other threads (`parallel_builds`, engine/prebuild.py) while the caller lowers the next kernels.
+  llvmlite runs one C call at a time per process (its own lock; the GIL is released inside), so a
+  compile that finds this process's LLVM busy goes to a helper process (runtime/llvm_build.py: the
+  same `compile_ir`, the same machine settings, the same bytes), started on first such use. The
+  identity is computed once per process (it asks LLVM, which would wait for that lock).
 - caching: the library bytes are what `Compiler.compile_cached` stores on disk (`<cache_dir>/llvm/`),
   keyed by sha256(identity, source); the identity names llvmlite, the LLVM version, triple, host CPU
   and features, the optimisation level, relocation/code model and library format, so a cached object
@@ -29,14 +30,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import hashlib
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from fast.renderer.llvmir import LLVMIRRenderer
-from fast.runtime import cpu
+from fast.runtime import cpu, llvm_build
 from fast.runtime.base import Compiled, Compiler
 from fast.runtime.host import HostAllocator, HostMemory
 from fast.runtime.host import addresses as host_addresses
@@ -51,8 +51,11 @@ except ImportError as error:  # pragma: no cover - exercised only where llvmlite
 else:
     _IMPORT_ERROR = None
 
-LLVM_OPT_LEVEL = 2
-RELOC, CODE_MODEL = "pic", "default"
+LLVM_OPT_LEVEL = llvm_build.OPT_LEVEL
+RELOC, CODE_MODEL = llvm_build.RELOC, llvm_build.CODE_MODEL
+LIBRARY_MAGIC = llvm_build.LIBRARY_MAGIC
+_DIGEST_CHARS = llvm_build.DIGEST_CHARS
+_HERE = threading.Lock()  # held while this process compiles; a compile that finds it held uses the helper
 
 
 def _require_llvmlite() -> Any:
@@ -72,12 +75,17 @@ def _initialise() -> None:
         binding.load_library_permanently(libm)
 
 
+@functools.lru_cache(maxsize=1)
+def machine_settings() -> llvm_build.MachineSettings:
+    """The host's target machine settings (triple, CPU, features, optimisation, relocation, code model)."""
+    _initialise()
+    return llvm_build.MachineSettings(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                                      llvm.get_host_cpu_features().flatten())
+
+
 def _target_machine() -> Any:
     """A fresh host TargetMachine (an MCJIT engine takes ownership of the one it is given)."""
-    _initialise()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=LLVM_OPT_LEVEL, reloc=RELOC, codemodel=CODE_MODEL)
+    return machine_settings().machine()
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,18 +93,12 @@ def _compile_machine() -> Any:
     return _target_machine()
 
 
-LIBRARY_MAGIC = b"FASTLLVM1\0"
-_DIGEST_CHARS = 16
-
-
 @functools.lru_cache(maxsize=1)
 def _identity() -> str:
     """Everything besides the source that decides a library (module docstring), once per process."""
-    binding = _require_llvmlite()
-    _initialise()
+    binding, settings = _require_llvmlite(), machine_settings()
     version = ".".join(str(part) for part in binding.llvm_version_info)
-    return (f"llvmlite {llvmlite.__version__}\nLLVM {version}\n{binding.get_process_triple()}\n"
-            f"{binding.get_host_cpu_name()}\n{binding.get_host_cpu_features().flatten()}\n"
+    return (f"llvmlite {llvmlite.__version__}\nLLVM {version}\n{settings.triple}\n{settings.cpu}\n{settings.features}\n"
             f"O{LLVM_OPT_LEVEL} reloc={RELOC} codemodel={CODE_MODEL}\n{LIBRARY_MAGIC!r}")
 
 
@@ -113,24 +115,22 @@ class LLVMCompiler(Compiler):
         return _identity()
 
     def compile(self, src: str) -> bytes:
+        """`src` compiled here, or by the helper process when this process is compiling already."""
         _require_llvmlite()
-        machine = _compile_machine()
-        context = llvm.create_context()  # the module's own: compiles on other threads share no context
-        try:
-            module = llvm.parse_assembly(src, context)
-            module.verify()
-        except RuntimeError as error:
-            raise RuntimeError(f"LLVM: invalid IR: {error}\n--- source ---\n{src}") from error
-        module.triple = machine.triple
-        module.data_layout = str(machine.target_data)
-        tuning = llvm.create_pipeline_tuning_options(speed_level=LLVM_OPT_LEVEL)
-        builder = llvm.create_pass_builder(machine, tuning)
-        builder.getModulePassManager().run(module, builder)
-        digest = hashlib.sha256(src.encode()).hexdigest()[:_DIGEST_CHARS]
-        for function in module.functions:
-            if not function.is_declaration and function.linkage == llvm.Linkage.external:
-                function.name = f"{function.name}__{digest}"
-        return LIBRARY_MAGIC + digest.encode() + bytes(machine.emit_object(module))
+        if _HERE.acquire(blocking=False):
+            try:
+                return llvm_build.compile_ir(src, _compile_machine())
+            finally:
+                _HERE.release()
+        settings = machine_settings()
+        helper = llvm_build.shared_helper(settings)
+        if helper is not None:
+            try:
+                return helper.compile(src)
+            except llvm_build.HelperError:
+                llvm_build.forget_helper(settings, helper)
+        with _HERE:
+            return llvm_build.compile_ir(src, _compile_machine())
 
 
 class _Engine:
