@@ -38,6 +38,7 @@ def prebuild(items: Sequence[Any], pending: Pending, workers: int) -> int:
     if workers < 2:
         return 0
     builds: dict[str, Future[Any]] = {}
+    seen: set[str] = set()  # sources asked about (each is looked up in the disk cache once)
     pool: ThreadPoolExecutor | None = None
     try:
         for item in items:
@@ -47,7 +48,10 @@ def prebuild(items: Sequence[Any], pending: Pending, workers: int) -> int:
                 found = pending(item)
             except Exception:  # raised again, in schedule order, by the item itself
                 continue
-            if found is None or found[1] in builds or not _needs_build(*found):
+            if found is None or found[1] in seen:
+                continue
+            seen.add(found[1])
+            if not _needs_build(*found):
                 continue
             if pool is None:
                 pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fast-build")
