@@ -127,7 +127,9 @@ class LinearProgram:
     undefined until stored): the packed panels of a matmul (codegen/gemm.py). Not parameters.
     `chunks_per_thread`: how many `core~` chunks per thread a threaded launch should cut the kernel
     into (runtime/launch.py), 0 for the runtime's default; a kernel whose chunks each repeat set-up
-    work (a GEMM packing B) asks for 1. Never changes values."""
+    work (a GEMM packing B) asks for 1. Never changes values.
+    `paths`, `split_counts`: which optimizations the lowering took, a record for coverage and tools
+    (codegen/paths.py); nothing reads them to run the kernel."""
 
     name: str
     instrs: tuple[Instr, ...]
@@ -142,6 +144,8 @@ class LinearProgram:
     bounded_inputs: tuple[int, ...] = ()
     scratch: tuple[BufferInfo, ...] = ()
     chunks_per_thread: int = 0
+    paths: frozenset[str] = frozenset()
+    split_counts: tuple[int, ...] = ()
 
     def memory(self, idx: int) -> BufferInfo:
         """The kernel parameter or scratch array that LOAD/STORE/PREFETCH `idx` names."""

@@ -48,6 +48,7 @@ from fast.codegen.ir import (
     verify,
 )
 from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
+from fast.codegen.paths import gemm_paths, plan_paths
 from fast.codegen.prefetch import prefetched_loads
 from fast.codegen.streaming import streamed_buffers
 from fast.dtype import DType, dtypes
@@ -86,6 +87,7 @@ class _Lowering:
         self.counters: dict[int, tuple[Variable, Node]] = {}  # axis -> (its loop counter, the loop's count)
         self.thread_vars: tuple[int, int] | None = None  # `core, cores` once defined: the kernel is threaded
         self.split_pending = True  # the next GLOBAL loop opened is this nest's first: threads share it
+        self.split_counts: list[int] = []  # iterations of each loop threads share (codegen/paths.py)
         names = {v.expr for v in info.variables}
         if any(name.endswith("~") for name in names):
             raise ValueError(f"lower: variable names ending in '~' are reserved, got {sorted(names)}")
@@ -101,6 +103,8 @@ class _Lowering:
         if self.thread_vars is None:
             self.thread_vars = (b.define_var(THREAD_VARS[0]), b.define_var(THREAD_VARS[1]))
         core, cores = self.thread_vars
+        if isinstance(count, NumNode):
+            self.split_counts.append(int(count.b))
         total = self.indexes.render_int(count)
         start = b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, core), cores)
         after = b.index(IndexOps.ADD, core, b.const(1, INT64))
@@ -440,9 +444,12 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     gemm_chunks = 0
     if matmul is None:
         lowering.run()
+        paths = plan_paths(plan, info)
     else:
         lowering.define_variables()
         scratch, gemm_chunks = matmul(lowering)
+        paths, units = gemm_paths(info, options, options.fused_multiply_add and not config.get().noopt)
+        lowering.split_counts.append(units)
     consts = tuple(const_name(slot) for slot in range(len(set((lowering.const_slots or {}).values()))))
     threaded = lowering.thread_vars is not None
     names = tuple(v.expr for v in info.variables) + consts + (THREAD_VARS if threaded else ())
@@ -451,9 +458,13 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     if options.fused_multiply_add and not config.get().noopt:
         instrs, bounded = fuse_accumulations(instrs, info.buffers, flops)
     instrs = eliminate_dead_code(instrs)
+    paths |= {"fma"} if bounded else set()
+    paths |= {"const-params"} if consts else set()
+    paths |= {"threaded"} if threaded else set()
     program = LinearProgram(kernel_name(info), instrs, info.buffers, names, info.variables, flops, mem_bytes,
                             threaded, len(consts), streamed_buffers(instrs, info.buffers, options.stream_min_bytes),
-                            tuple(sorted(bounded)), scratch, gemm_chunks)
+                            tuple(sorted(bounded)), scratch, gemm_chunks, frozenset(paths),
+                            tuple(lowering.split_counts) if threaded else ())
     if config.get().debug >= 3:
         verify(program)
     return program
