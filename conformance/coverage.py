@@ -1,6 +1,7 @@
 """What a run exercised: counts by op, dtype, movement op and feature, derived from the programs.
 
 Keys are strings grouped by prefix: `op:ADD`, `dtype:float16`, `move:pad`, `feature:ring`, ...
+`opt:` keys name fast's optimization paths, counted from random programs only (conformance/optpaths.py).
 `REQUIRED` lists every key the CI profile must reach; `missing(counts)` names the ones it did not.
 Only steps that ran on both sides count (`program_keys(program, upto)`). A symbolic program counts
 once (its first binding's values), plus `feature:symbolic*` keys.
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 
 from conformance.analysis import Info, analyze
+from conformance.optpaths import REQUIRED_OPT
 from conformance.program import (
     Assign,
     Cast,
@@ -53,7 +55,7 @@ FEATURES = (
 )
 REQUIRED = tuple([f"op:{o}" for o in (*UNARY, "CAST", "BITCAST", *BINARY, *TERNARY)] +
                  [f"reduce:{o}" for o in REDUCE] + [f"dtype:{d}" for d in DTYPES] +
-                 [f"move:{m}" for m in MOVEMENT] + [f"feature:{f}" for f in FEATURES])
+                 [f"move:{m}" for m in MOVEMENT] + [f"feature:{f}" for f in FEATURES] + list(REQUIRED_OPT))
 
 
 def _data_features(step: Leaf) -> set[str]:
@@ -279,8 +281,10 @@ def program_keys(program: Program, upto: int | None = None) -> Counter[str]:
     return keys
 
 
-def missing(counts: Counter[str] | dict[str, int]) -> list[str]:
-    return [key for key in REQUIRED if not counts.get(key)]
+def missing(counts: Counter[str] | dict[str, int], optimizations: bool = True) -> list[str]:
+    """The required keys `counts` lacks; without `optimizations`, the `opt:` ones are not required
+    (a run that cannot observe them: under MPI, or a candidate other than fast)."""
+    return [key for key in REQUIRED if not counts.get(key) and (optimizations or not key.startswith("opt:"))]
 
 
 def table(counts: Counter[str] | dict[str, int], width: int = 100) -> str:
@@ -290,7 +294,7 @@ def table(counts: Counter[str] | dict[str, int], width: int = 100) -> str:
         group, name = key.split(":", 1)
         groups.setdefault(group, []).append(f"{name}={counts.get(key, 0)}" + ("!" if not counts.get(key) else ""))
     lines = []
-    for group in ("op", "reduce", "dtype", "move", "feature"):
+    for group in ("op", "reduce", "dtype", "move", "feature", "opt"):
         cells, line = groups.get(group, []), f"{group:>8}:"
         for cell in cells:
             if len(line) + len(cell) + 1 > width:
@@ -298,7 +302,8 @@ def table(counts: Counter[str] | dict[str, int], width: int = 100) -> str:
                 line = " " * 9
             line += " " + cell
         lines.append(line)
-    lines.append("(name=count; ! marks a required item this run did not exercise)")
+    lines.append("(name=count, programs that exercised it; ! marks a required item this run did not exercise; "
+                 "opt: fast's optimization paths, counted from random programs only)")
     return "\n".join(lines)
 
 

@@ -252,8 +252,8 @@ class Coordinator(Worker):
             found += rank_mismatches(program, rank, [want for want, _ in pairs], theirs, found)
         return replace(checked, mismatches=found)
 
-    def record(self, program: Program) -> list[Any]:
-        found = super().record(program)
+    def record(self, program: Program, directed: bool = False) -> list[Any]:
+        found = super().record(program, directed)
         if any(isinstance(step, Shard) for step in program.steps[:self.last_steps_run]):
             self.state.result.coverage["feature:sharded-program"] += 1
         return found

@@ -22,6 +22,7 @@ class GenConfig:
     p_multi: float = 0.3
     p_big: float = 0.02
     p_ring_big: float = 0.002
+    p_large: float = 0.03  # a ~1M-element op (threads) or a 32,768+ one (strategies/optimized.py act_large)
     p_ring2: float = 0.25
     p_symbolic: float = 0.06
     disk_dir: str | None = None

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from conformance import coverage, cuda_compile
+from conformance import coverage, cuda_compile, optpaths
 from conformance.compare import Mismatch, binding_text, compare, compare_reuse
 from conformance.directed import directed_programs
 from conformance.driver import Outcome, replay
@@ -158,6 +158,8 @@ class Worker:
         self.candidate_name = candidate
         self.state = _State(RunResult())
         self.last_report = 0.0
+        self.paths = optpaths.PathObserver()  # the optimization paths the candidate's kernels took
+        self.paths.install(self.candidate)
 
     def check(self, program: Program) -> Checked:
         if self.journal is not None:
@@ -166,13 +168,18 @@ class Worker:
         with _alarm(PROGRAM_SECONDS):
             return check(program, self.expected, self.candidate)
 
-    def record(self, program: Program) -> list[Mismatch]:
-        """Run one program in the generation phase: count coverage and known failures."""
+    def record(self, program: Program, directed: bool = False) -> list[Mismatch]:
+        """Run one program in the generation phase: count coverage and known failures. The
+        optimization paths (`opt:` keys) count for random programs only (conformance/optpaths.py)."""
+        self.paths.take()
         checked = self.check(program)
         result = self.state.result
         result.examples += 1
         result.tolerance_failures += checked.tolerance_failures
         result.coverage.update(coverage.program_keys(program, checked.steps_run))
+        paths = self.paths.take()
+        if not directed:
+            result.coverage.update(paths)
         for mismatch in checked.mismatches:
             if mismatch.signature in result.failures:
                 result.failures[mismatch.signature].count += 1
@@ -207,7 +214,7 @@ class Worker:
 
     def run_directed(self, programs_list: list[Program]) -> None:
         for program in programs_list:
-            for mismatch in self.record(program):
+            for mismatch in self.record(program, directed=True):
                 self._keep(program, mismatch)
 
     def _keep(self, program: Program, mismatch: Mismatch) -> None:
@@ -289,7 +296,12 @@ def run(cfg: GenConfig, candidate: str, examples: int, jobs: int, seed: int, shr
         for proc in procs:
             proc.start()
         hard_deadline = deadline + 2 * shrink_seconds + PROGRAM_SECONDS + 60
-        total = _collect(procs, out, progress, hard_deadline)
+        try:
+            total = _collect(procs, out, progress, hard_deadline)
+        finally:  # interrupted (Ctrl-C) or failed: no worker outlives the run
+            for proc in procs:
+                if proc.is_alive() and sys.exc_info()[0] is not None:
+                    proc.terminate()
         for index, proc in enumerate(procs):
             proc.join()
             if index not in total.finished:

@@ -3,9 +3,11 @@
 `programs(cfg)` draws: for about `cfg.p_symbolic` of programs a symbolic program (symbolic.py:
 shapes holding bound Variables, replayed under several bindings); otherwise one or two leaves; for
 about `cfg.p_multi` of programs a shard and the sharding actions; rarely a large (split) reduction
-or a ring all-reduce; then up to `cfg.max_ops` weighted actions; fetches of the newest values; and
+or a ring all-reduce, or a large op that threads split (`cfg.p_large`); then up to `cfg.max_ops`
+weighted actions; fetches of the newest values; and
 for about `cfg.p_invalid` of programs one invalid last step with its expected error type. Actions
-earlier in a list are simpler (Hypothesis shrinks toward them).
+earlier in a list are simpler (Hypothesis shrinks toward them). The actions of optimized.py
+(matmuls, row reductions, replays, gathers) reach fast's optimization layer.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from conformance.profiles import GenConfig
 from conformance.program import Program
 from conformance.strategies import actions as a
 from conformance.strategies import disk as d
+from conformance.strategies import optimized as o
 from conformance.strategies import sharding as s
 from conformance.strategies import special as sp
 from conformance.strategies import symbolic
@@ -31,6 +34,7 @@ SINGLE: tuple[tuple[Action, int], ...] = (
     (a.act_const, 2), (a.act_ternary, 2), (a.act_cast, 3), (sp.act_fold, 2), (a.act_bitcast, 1),
     (a.act_contiguous, 1), (a.act_copy, 1), (a.act_realize, 1), (a.act_custom, 1), (sp.act_assign, 1),
     (s.act_shard, 1), (d.act_disk, 1), (a.act_row_chain, 2),
+    (o.act_matmul, 2), (o.act_row_reduces, 1), (o.act_replay, 1), (o.act_gather, 1),
 )
 MULTI: tuple[tuple[Action, int], ...] = SINGLE + (
     (s.act_reduce_sharded, 3), (s.act_shrink_one, 2), (s.act_mixed_axes, 2), (s.act_shard, 2),
@@ -75,6 +79,8 @@ def programs(draw: st.DrawFn, cfg: GenConfig = GenConfig()) -> Program:  # noqa:
         sp.act_big_reduce(b)
     if b.chance(cfg.p_ring_big):
         sp.act_ring_reduce(b)
+    if b.chance(cfg.p_large):
+        o.act_large(b)
     if not run_actions(b, MULTI if multi else SINGLE, b.integer(1, cfg.max_ops)):
         return b.finish(expect="RuntimeError")
     b.fetch_some()
