@@ -53,17 +53,18 @@ TARGETS_S = {("warm", "CLANG"): 0.5, ("warm", "LLVM"): 0.5, ("empty", "CLANG"): 
 class StageTimers:
     """Exclusive wall time per stage on the main thread: entering a stage pauses the one around it."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.totals = dict.fromkeys(STAGES, 0.0)
         self.stack: list[tuple[str, float]] = []
         self.main = threading.main_thread()
+        self.clock = clock
 
     def wrap(self, stage: str, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function`, timed as `stage` when called on the main thread."""
         def timed(*args: Any, **kwargs: Any) -> Any:
             if threading.current_thread() is not self.main:
                 return function(*args, **kwargs)
-            now = time.perf_counter()
+            now = self.clock()
             if self.stack:
                 outer, since = self.stack[-1]
                 self.totals[outer] += now - since
@@ -72,7 +73,7 @@ class StageTimers:
                 return function(*args, **kwargs)
             finally:
                 inner, since = self.stack.pop()
-                end = time.perf_counter()
+                end = self.clock()
                 self.totals[inner] += end - since
                 if self.stack:
                     self.stack[-1] = (self.stack[-1][0], end)

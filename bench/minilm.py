@@ -42,6 +42,7 @@ from bench.workloads import Workload
 
 MIN_COSINE = 0.99999  # issue 26: every sentence's embedding within this cosine of torch's
 MIN_ROUNDS = 5
+FIRST_CALL_WORKLOAD = "minilm_1x16"  # its rows also time the first call in new processes (bench/first_call.py)
 PAUSE_S = 0.1  # before each timed call, untimed: the previous system's spinning threads go idle first
 _MODEL: dict[str, Any] = {}  # the shared setup, made on first use
 
@@ -308,7 +309,20 @@ def run_minilm(workload: Workload, plan: Any) -> tuple[list[dict[str, Any]], dic
     rows = [fast_row(workload, device, summaries[f"fast {device}"], peers, plan.fma_gflops) for device in plan.devices]
     for row in rows:
         plan.log(_progress(row))
+    if workload.name == FIRST_CALL_WORKLOAD and not plan.quick:
+        attach_first_calls(rows, plan.log)
     return rows, peers
+
+
+def attach_first_calls(rows: list[dict[str, Any]], log: Callable[[str], None]) -> None:
+    """Each measured row gains `first_call`: bench/first_call.py's cases on its device (the first call
+    of `make_encoder`'s function and of `encode`, each in a new process, empty then warm cache)."""
+    from bench import first_call
+
+    for row in rows:
+        if "median_ms" in row:
+            log(f"  {row['workload']} {row['device']}: first calls in new processes (bench/first_call.py)")
+            row["first_call"] = first_call.run_all([row["device"]], ["encoder", "encode"], None, log)
 
 
 def _progress(row: dict[str, Any]) -> str:
@@ -363,4 +377,16 @@ def minilm_tables(result: dict[str, Any]) -> list[str]:
         body = [_table_line(f"fast {row['device']}", row) for row in rows]
         body += [_table_line(name, fields) for name, fields in peers.items()]
         lines += ["| " + " | ".join(line) + " |" for line in body]
+        lines += _first_call_lines(rows)
     return lines
+
+
+def _first_call_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per first-call case of the rows (bench/first_call.py), when they were measured."""
+    cases = [case for row in rows for case in row.get("first_call", [])]
+    if not cases:
+        return []
+    from bench.first_call import progress
+
+    return ["", "First call in a new process, weights loaded (bench/first_call.py; wall and CPU seconds, "
+            "stage wall seconds):", "", *(f"- {progress(case)}" for case in cases)]
