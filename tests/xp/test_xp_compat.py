@@ -3,10 +3,7 @@ fast and reference alike), and fusion: the standard's spelling of softmax(x @ w 
 kernels than the same graph built with the LazyBuffer API."""
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import re
 from pathlib import Path
 
 import array_api_compat
@@ -98,16 +95,6 @@ def test_elementwise_chain_is_one_kernel():
     x = xp.asarray(RNG.standard_normal((8, 8)).astype(np.float32))
     y = xp.tanh(x * 2.0 + 1.0) - xp.abs(x) / 3.0
     assert kernels(y.lazy) == 1
-
-
-def test_readme_section_prints_what_it_says():
-    text = (Path(__file__).parents[2] / "README.md").read_text()
-    section = text.split("## Writing programs: the Array API namespace", 1)[1]
-    code, printed = re.findall(r"```(?:python)?\n(.*?)```", section, flags=re.S)[:2]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
-    assert out.getvalue() == printed
 
 
 def test_front_end_uses_only_the_public_lazybuffer_api_and_reference_stays_free_of_fast():
