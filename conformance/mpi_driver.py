@@ -235,7 +235,8 @@ class Coordinator(Worker):
         self.candidate = GatheredFast()
         self.last_steps_run = 0
 
-    def check(self, program: Program) -> Checked:
+    def check(self, program: Program, captured: bool = False) -> Checked:
+        """Under MPI the captured mode is off (`captured` is ignored): programs run in lockstep on every rank."""
         others = range(1, self.comm.Get_size())
         for rank in others:
             _send(self.comm, program, rank, TAG_PROGRAM)

@@ -11,8 +11,9 @@ kernel also yields how a launch on this machine divides each shared loop among i
 (runtime/launch.py `chunk_count`): `thread-split-even`, `thread-split-remainder` or
 `thread-split-short` (fewer iterations than chunks).
 
-Only random programs count toward `REQUIRED_OPT` (runner.py): directed programs reach these paths
-by construction, so they would hide a strategy that no longer does.
+`opt:captured` is added by the runner when a program run in captured mode (conformance/captured.py)
+replayed its trace on the second call. Only random programs count toward `REQUIRED_OPT` (runner.py):
+directed programs reach these paths by construction, so they would hide a strategy that no longer does.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ REQUIRED_OPT = tuple(f"opt:{name}" for name in (
     "vector-output", "vector-tail", "vector-reduce", "unrolled-outputs", "register-tile", "dot-tile",
     "column-chunks", "multi-reduce", "row-kernel", "gemm", "gemm-row-edge", "gemm-column-edge", "gemm-no-edge",
     "gemm-batched", "gemm-fma", "threaded", "thread-split-even", "thread-split-remainder", "const-params",
-    "replayed",
+    "replayed", "captured",
 ))
 
 

@@ -30,6 +30,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from conformance import coverage, cuda_compile, optpaths
+from conformance.captured import capturable, check_captured
 from conformance.compare import Mismatch, binding_text, compare, compare_reuse
 from conformance.directed import directed_programs
 from conformance.driver import Outcome, replay
@@ -161,18 +162,31 @@ class Worker:
         self.paths = optpaths.PathObserver()  # the optimization paths the candidate's kernels took
         self.paths.install(self.candidate)
 
-    def check(self, program: Program) -> Checked:
+    def check(self, program: Program, captured: bool = False) -> Checked:
+        """`check`, plus with `captured` (a capturable program) the captured mode's two calls
+        (conformance/captured.py); a captured call that replayed its trace counts `opt:captured`."""
         if self.journal is not None:
             with open(self.journal, "w") as handle:
                 handle.write(program.render(self.candidate_name))
         with _alarm(PROGRAM_SECONDS):
-            return check(program, self.expected, self.candidate)
+            checked = check(program, self.expected, self.candidate)
+            if not captured or not capturable(program) or not hasattr(self.candidate, "jit"):
+                return checked
+            found, replayed = check_captured(program, self.expected, self.candidate)
+        if replayed:
+            self.paths.seen.add("opt:captured")
+        return Checked(checked.mismatches + found, checked.steps_run, checked.tolerance_failures)
+
+    def captures(self, directed: bool) -> bool:
+        """Whether the next random program also runs captured: every `cfg.captured_every`-th one."""
+        every = self.cfg.captured_every
+        return not directed and every > 0 and self.state.result.examples % every == 0
 
     def record(self, program: Program, directed: bool = False) -> list[Mismatch]:
         """Run one program in the generation phase: count coverage and known failures. The
         optimization paths (`opt:` keys) count for random programs only (conformance/optpaths.py)."""
         self.paths.take()
-        checked = self.check(program)
+        checked = self.check(program, self.captures(directed))
         result = self.state.result
         result.examples += 1
         result.tolerance_failures += checked.tolerance_failures
@@ -196,7 +210,7 @@ class Worker:
             now = time.time()
             if now - state.shrink_start > self.shrink_seconds or now > self.deadline + self.shrink_seconds:
                 return
-            found = self.check(program).mismatches
+            found = self.check(program, state.target.startswith("captured:")).mismatches
         else:
             if time.time() > self.deadline:
                 return
@@ -225,7 +239,9 @@ class Worker:
         self.state.known.add(mismatch.signature)
 
         def same(candidate: Program) -> Mismatch | None:
-            return next((m for m in self.check(candidate).mismatches if m.signature == mismatch.signature), None)
+            captured = mismatch.signature.startswith("captured:")
+            return next((m for m in self.check(candidate, captured).mismatches if m.signature == mismatch.signature),
+                        None)
         program = minimize(program, lambda p: same(p) is not None, self.shrink_seconds)
         mismatch = same(program) or mismatch
         failures[mismatch.signature] = Failure(mismatch.signature, mismatch.detail, program.render(self.candidate_name))

@@ -246,3 +246,41 @@ def test_tolerance_summary_says_what_it_means() -> None:
     from conformance.__main__ import tolerance_line
     assert "compared within its tolerance" in tolerance_line(0)
     assert tolerance_line(3).startswith("3 approximate values were not compared")
+
+
+def test_captured_mode_compares_both_calls_and_sees_the_replay() -> None:
+    from conformance.captured import capturable, check_captured, renewed
+    program = Program(tuple(_matmul(8, 16, 8)))
+    assert capturable(program) and not capturable(_replace_expect(program))
+    fresh = renewed(program, 7)
+    assert [s.data.seed for s in fresh.steps if isinstance(s, Leaf)] == [7, 8]
+    found, replayed = check_captured(program, reference, fast)
+    assert not found and replayed
+
+
+def _replace_expect(program: Program) -> Program:
+    from dataclasses import replace
+    return replace(program, expect="ValueError")
+
+
+class _StaleJit:
+    """A broken capture: every call returns the first call's results."""
+
+    def __init__(self, fn: object) -> None:
+        self.fn, self.first, self.traces = fn, None, 0
+
+    def __call__(self, *args: object) -> object:
+        if self.first is None:
+            self.first, self.traces = self.fn(*args), 1  # type: ignore[operator]
+        return self.first
+
+
+def test_captured_mode_catches_a_replay_with_stale_results() -> None:
+    import types
+
+    from conformance.captured import check_captured
+    stale = types.ModuleType("stale_fast")
+    stale.__dict__.update({k: v for k, v in vars(fast).items() if not k.startswith("__")})
+    stale.jit = _StaleJit  # type: ignore[attr-defined]
+    found, _ = check_captured(Program(tuple(_matmul(8, 16, 8))), reference, stale)
+    assert found and found[0].signature.startswith("captured:") and "captured call 2" in found[0].detail
