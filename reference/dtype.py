@@ -115,11 +115,11 @@ def from_float(x: Array, dt: DType) -> Array:
     """Round a float32/float64 array to float dtype ``dt`` (RNE); float64 reaches half via float32."""
     with np.errstate(all="ignore"):
         if dt == dtypes.float64:
-            return x.astype(np.float64)
-        x32 = x.astype(np.float32)
+            return x.astype(np.float64, copy=False)  # (no copy of a value already of the dtype)
+        x32 = x.astype(np.float32, copy=False)
         if dt == dtypes.bfloat16:
             return f32_to_bf16(x32)
-        return x32.astype(dt.storage)
+        return x32.astype(dt.storage, copy=False)
 
 
 def wrap_int(v: int, dt: DType) -> int:

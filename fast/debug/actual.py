@@ -1,8 +1,6 @@
-"""The `fast` side of compare: each node alone, the whole graph in its fused schedule, and narrowing.
+"""The `fast` side of compare: the whole graph in its fused schedule, and narrowing.
 
-- `run_alone`: each record built by itself over realized copies of reference's values of its inputs
-  (constants are rebuilt as constants, so constant folding still applies), realized, read. It tells
-  whether the op itself is wrong, whatever fusion does.
+- each node alone, unfused: alone.py.
 - `run_fused`: a clone of the whole graph (graph records clone exactly, trace records replay the user's
   calls), the user's realizes in place, then the outputs realized together: the schedule the user's
   graph gets. Read back: the records whose clone is a buffer of that schedule. Kernel membership is
@@ -24,14 +22,9 @@ from fast.debug.records import DeviceMap, Record
 from fast.debug.report import KernelRef
 from fast.debug.runs import Outcome, Replay, describe, recorded_config
 from fast.debug.table import item_members
-from fast.debug.values import materialize, read
 from fast.engine.realize import get_kernel
 from fast.engine.schedule import ScheduleItem, lazy_buffers, plan_schedule
 from fast.ops import KernelOps
-
-# calls that keep a constant a constant expression (fast folds or views it; nothing is realized)
-CONSTANT_CALLS = frozenset({"e", "r", "cast", "copy_to_device", "reshape", "pad", "expand", "permute", "shrink",
-                            "stride"})
 
 
 def kernel_ref(item: ScheduleItem, position: int) -> KernelRef:
@@ -46,83 +39,9 @@ def kernel_ref(item: ScheduleItem, position: int) -> KernelRef:
     return KernelRef("kernel", kernel.program.name, device, kernel.source, position)
 
 
-def constant_records(nodes: Nodes) -> set[Record]:
-    """Constant expressions: CONST loadops, `const` calls, and ops, casts, copies and views whose
-    inputs are all constant expressions. Run alone, they are rebuilt as such (not copied as realized
-    values), so fast makes the same folding decisions as in the user's graph (masked or not)."""
-    found: set[Record] = set()
-    for record in nodes.order:
-        sources = nodes.inputs[record]
-        if record.method == "const" or (record.method == "loadop" and record.op == "CONST") or \
-                (record.target == "self" and record.method in CONSTANT_CALLS and all(s in found for s in sources)):
-            found.add(record)
-    return found
-
-
-@dataclass
-class Alone:
-    """One record run alone on fast: its value or error, and the schedule items that ran it."""
-
-    outcome: Outcome
-    kernels: list[KernelRef] = field(default_factory=list)
-
-
-def _alone_input(record: Record, nodes: Nodes, expected: dict[Record, Outcome], devices: DeviceMap,
-                 constants: set[Record]) -> Any:
-    """A fresh realized copy of reference's value of `record`, or the constant expression rebuilt."""
-    if record in constants:
-        inputs = [_alone_input(source, nodes, expected, devices, constants) for source in nodes.inputs[record]]
-        with recorded_config(record):
-            return record.apply(fast, inputs, devices)
-    value = expected[record].value
-    if value is None:
-        raise RuntimeError(f"no reference value for input {record.op}")
-    return materialize(fast, value, devices)
-
-
-def run_one(record: Record, nodes: Nodes, expected: dict[Record, Outcome], devices: DeviceMap,
-            constants: set[Record]) -> Alone:
-    """`record` alone (module docstring)."""
-    try:
-        inputs = [_alone_input(source, nodes, expected, devices, constants) for source in nodes.inputs[record]]
-        with recorded_config(record):
-            obj = record.apply(fast, inputs, devices)
-        items = fast.schedule(obj)
-        fast.realize(obj)
-        kernels = [kernel_ref(item, position) for position, item in enumerate(items)]
-        return Alone(Outcome(obj, read(fast, obj)), kernels)
-    except Exception as error:  # noqa: BLE001 - what fast raises is an outcome
-        return Alone(Outcome(error=describe(error)))
-
-
 def is_input(record: Record) -> bool:
     """A realized input (values given): nothing of fast's to check."""
     return record.target == "value" or (record.target == "module" and record.method == "from_numpy")
-
-
-class AloneRuns:
-    """Records run alone on demand, each once (the first difference stops compare early: the records
-    after it are never run). `get(record)` is None for inputs and for records whose inputs reference
-    has no values of."""
-
-    def __init__(self, nodes: Nodes, expected: dict[Record, Outcome], devices: DeviceMap) -> None:
-        self.nodes, self.expected, self.devices = nodes, expected, devices
-        self.constants = constant_records(nodes)
-        self.done: dict[Record, Alone | None] = {}
-
-    def get(self, record: Record) -> Alone | None:
-        if record not in self.done:
-            runnable = not is_input(record) and all(self.expected[s].value is not None
-                                                    for s in self.nodes.inputs[record])
-            self.done[record] = run_one(record, self.nodes, self.expected, self.devices, self.constants) \
-                if runnable else None
-        return self.done[record]
-
-
-def run_alone(nodes: Nodes, expected: dict[Record, Outcome], devices: DeviceMap) -> dict[Record, Alone]:
-    """Every record but the inputs, alone, when reference has values for all its inputs."""
-    runs = AloneRuns(nodes, expected, devices)
-    return {record: alone for record in nodes.order if (alone := runs.get(record)) is not None}
 
 
 # ---------------------------------------------------------------- the fused schedule

@@ -4,7 +4,7 @@
    from the lazy graph), in program order.
 2. runs.run_reference: every record built, realized and read on reference (the expected values).
 3. tolerances.Tolerances: conformance's tolerance per record, `alone` and `full` (docs/semantics.md).
-4. actual.run_alone (each op by itself, unfused, on reference's input values) and actual.run_fused
+4. alone.AloneRuns (each op by itself, unfused, on reference's input values, on demand) and actual.run_fused
    (a clone of the graph in its fused schedule).
 5. The first record in program order whose value or error differs, unfused or fused; a value that
    differs only fused is narrowed to the first ancestor whose fused value differs (actual.first_fused).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from fast import config
-from fast.debug.actual import AloneRuns, Fused, first_fused, is_input, kernel_ref, run_fused
+from fast.debug.actual import Fused, first_fused, is_input, kernel_ref, run_fused
+from fast.debug.alone import AloneRuns
 from fast.debug.fromgraph import Nodes, collect
 from fast.debug.records import DeviceMap, Record
 from fast.debug.report import Difference, KernelRef, Report
@@ -44,6 +45,31 @@ class Verdict:
     bad: np.ndarray | None = None
     tolerance: np.ndarray | None = None
     error: str | None = None
+
+
+class ExpectedValues(Mapping[Record, Value]):
+    """Reference's values by record, each read when first looked up (a deferred view is read only if
+    a tolerance or verdict needs it); `in` does not read one."""
+
+    def __init__(self, expected: dict[Record, Outcome]) -> None:
+        self.expected = expected
+
+    def __getitem__(self, record: Record) -> Value:
+        outcome = self.expected.get(record)
+        value = None if outcome is None else outcome.value
+        if value is None:
+            raise KeyError(record)
+        return value
+
+    def __contains__(self, record: object) -> bool:
+        outcome = self.expected.get(record)  # type: ignore[call-overload]
+        return outcome is not None and outcome.has_value
+
+    def __iter__(self) -> Iterator[Record]:
+        return (record for record, outcome in self.expected.items() if outcome.has_value)
+
+    def __len__(self) -> int:
+        return sum(outcome.has_value for outcome in self.expected.values())
 
 
 @dataclass
@@ -88,10 +114,11 @@ def _identical(want: np.ndarray, got: np.ndarray) -> bool:
     return want.dtype == got.dtype and want.shape == got.shape and bool(np.array_equal(want, got))
 
 
-def verdict(ctx: Context, expected: Outcome, actual: Outcome,
-            tolerance: Callable[[], np.ndarray | None]) -> Verdict | None:
+def verdict(ctx: Context, expected: Outcome, actual: Outcome, tolerance: Callable[[], np.ndarray | None],
+            surely_within: Callable[[Value, Value], bool] | None = None) -> Verdict | None:
     """None when `actual` agrees with `expected` (or nothing can be compared), else how it differs.
-    `tolerance` is called only when the values are not identical (building one is costly)."""
+    `tolerance` is called only when the values are not identical and `surely_within` (a cheap
+    sufficient test, tolerances.py) does not accept them: building one is costly."""
     if any(error is not None and error.startswith(UNCOMPARED) for error in (expected.error, actual.error)):
         return None
     if expected.error is not None or actual.error is not None:
@@ -108,7 +135,7 @@ def verdict(ctx: Context, expected: Outcome, actual: Outcome,
             if a != b]
     if meta:
         return Verdict("; ".join(f"{what} {a} (reference) vs {b} (fast)" for what, a, b in meta), got)
-    if _identical(want.array, got.array):
+    if _identical(want.array, got.array) or (surely_within is not None and surely_within(want, got)):
         return None
     limit = tolerance()
     mask = bad(want, got, limit, ctx.rtol, ctx.atol)
@@ -150,8 +177,9 @@ def _first(ctx: Context) -> Difference | None:
         with ctx.stage("unfused"):
             alone = ctx.alone.get(record)
         undefined = record.method == "loadop" and record.op == "EMPTY"  # no value to compare
-        unfused = None if alone is None or undefined else \
-            verdict(ctx, expected, alone.outcome, partial(ctx.tolerances.alone, record))
+        unfused = None if alone is None or undefined or alone.agrees else \
+            verdict(ctx, expected, alone.outcome, partial(ctx.tolerances.alone, record),
+                    partial(ctx.tolerances.surely_within_alone, record))
         fused_outcome = _fused_outcome(ctx, record)
         fused = None if fused_outcome is None else \
             verdict(ctx, expected, fused_outcome, partial(ctx.tolerances.full, record))
@@ -259,7 +287,7 @@ def _compare(buffers: Sequence[Any], rtol: float | None, atol: float | None, dev
     seconds["collect"] = time.perf_counter() - start
     expected = run_reference(nodes)
     seconds["reference"] = time.perf_counter() - start - sum(seconds.values())
-    values = {record: outcome.value for record, outcome in expected.items() if outcome.value is not None}
+    values = ExpectedValues(expected)
     fused = run_fused(nodes, devices)
     seconds["fused"] = time.perf_counter() - start - sum(seconds.values())
     ctx = Context(nodes, expected, Tolerances(nodes.order, nodes.inputs, values), devices, rtol, atol,

@@ -10,6 +10,9 @@ region reads; build the region's axes largest stride first, each as rows of the 
 (reshape when rows do not overlap; when they do, repeat the window with expand and read it back with
 a longer row); put the axes back in order; expand the stride-0 axes; flip the negative ones; pad back
 the mask. Sizes, strides and offsets must be plain ints (symbolic views are a ValueError).
+Runs of reshapes are then merged into their last one, and a reshape to the shape it is given is
+dropped (a reshape only renames row-major positions): a weight read as (1, 16, 384, 384) is one
+reshape and one expand, not five records.
 """
 from __future__ import annotations
 
@@ -39,7 +42,35 @@ def view_moves(source_shape: Sequence[Any], views: Sequence[Any]) -> list[Move]:
         moves += strided_moves(size, _ints(view.shape, "shape"), _ints(view.strides, "strides"),
                                _ints((view.offset,), "offset")[0], mask)
         shape = _ints(view.shape, "shape")
-    return moves
+    return simplify(_ints(source_shape, "shape"), moves)
+
+
+def _after(shape: tuple[int, ...], move: Move) -> tuple[int, ...]:
+    """The shape a movement op gives."""
+    method, argument = move
+    if method in ("reshape", "expand"):
+        return tuple(argument)
+    if method == "permute":
+        return tuple(shape[axis] for axis in argument)
+    if method == "shrink":
+        return tuple(end - start for start, end in argument)
+    if method == "pad":
+        return tuple(dim + before + after for dim, (before, after) in zip(shape, argument, strict=True))
+    return shape  # stride: flips only
+
+
+def simplify(shape: tuple[int, ...], moves: list[Move]) -> list[Move]:
+    """`moves` with each run of reshapes merged into its last one and reshapes to the current shape
+    dropped (the same positions, fewer records)."""
+    kept: list[tuple[Move, tuple[int, ...]]] = []  # (move, the shape before it)
+    for move in moves:
+        before = shape
+        if move[0] == "reshape" and kept and kept[-1][0][0] == "reshape":
+            before = kept.pop()[1]
+        shape = _after(shape, move)
+        if not (move[0] == "reshape" and shape == before):
+            kept.append((move, before))
+    return [move for move, _ in kept]
 
 
 def strided_moves(size: int, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,

@@ -133,6 +133,14 @@ class Record:
         return f"{head}{'MultiLazyBuffer' if self.method == '__init__' else self.method}({', '.join(rest)})"
 
 
+MOVES = frozenset({"reshape", "pad", "expand", "permute", "shrink", "stride"})
+
+
+def is_movement(record: Record) -> bool:
+    """A movement op (a view of its one input)."""
+    return record.target == "self" and record.method in MOVES
+
+
 def show(value: Any, inner: Callable[[Any], str] | None = None) -> str:
     """A short readable form of an argument (arrays by dtype and shape)."""
     again = inner or show

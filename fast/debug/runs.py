@@ -12,26 +12,48 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from types import ModuleType
 from typing import Any
 
 import reference
 from fast import config
 from fast.debug.fromgraph import Nodes
-from fast.debug.records import Record
-from fast.debug.values import Value, read
+from fast.debug.records import Record, is_movement
+from fast.debug.values import Value, materialize, read
 
 Make = Callable[[Record, list[Any]], Any]
 
 
-@dataclass
 class Outcome:
-    """One record on one side: the object built, its value once read, or the error met."""
+    """One record on one side: the object built, its value once read, or the error met. A value can
+    be deferred (`defer`): read on first use of `value`; `has_value` tells without reading it."""
 
-    obj: Any = None
-    value: Value | None = None
-    error: str | None = None
+    def __init__(self, obj: Any = None, value: Value | None = None, error: str | None = None) -> None:
+        self.obj, self.error = obj, error
+        self._value = value
+        self._pending: Callable[[], Value | None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Outcome({self.obj!r}, value={self._value!r}, error={self.error!r})"
+
+    @property
+    def value(self) -> Value | None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._value = pending()
+        return self._value
+
+    @value.setter
+    def value(self, value: Value | None) -> None:
+        self._value, self._pending = value, None
+
+    @property
+    def has_value(self) -> bool:
+        return self._value is not None or self._pending is not None
+
+    def defer(self, read_value: Callable[[], Value | None]) -> None:
+        self._pending = read_value
 
 
 def describe(error: BaseException) -> str:
@@ -149,16 +171,48 @@ def waits_for_assign(replay: Replay, records: list[Record]) -> dict[Record, bool
     return waits
 
 
+def _deferrable(replay: Replay, record: Record, settling: set[Record]) -> bool:
+    """A view not asked for nor realized by the user, over a value reference has read (or deferred,
+    or reads in this batch, `settling`): reference need not store its own copy of it (an expand of a
+    weight may be 1000 times the weight)."""
+    if not is_movement(record) or record in replay.nodes.outputs or record.realized_at is not None:
+        return False
+    outcome, source = replay.outcomes[record], replay.nodes.inputs[record][0]
+    return outcome.error is None and not hasattr(outcome.obj, "lbs") and \
+        (source in settling or (source in replay.outcomes and replay.outcomes[source].has_value))
+
+
+def _view_value(replay: Replay, record: Record) -> Callable[[], Value | None]:
+    """Reading a deferred view: the same movement op on reference over a copy of its input's value
+    (read when the input was; assigns since then do not matter)."""
+    def value() -> Value | None:
+        source = replay.outcomes[replay.nodes.inputs[record][0]].value
+        if source is None:
+            return None
+        return read(reference, record.apply(reference, [materialize(reference, source)]))
+    return value
+
+
 def run_reference(nodes: Nodes) -> dict[Record, Outcome]:
     """Every record built on `reference`, realized and read: before each of the user's realizes, every
     record built so far that runs no pending assign is realized and read (its value as the user's
-    program would see it then); assigns run at the user's realizes; the rest is realized together."""
+    program would see it then); assigns run at the user's realizes; the rest is realized together.
+    Views are read only when used (`_deferrable`)."""
     replay = Replay(reference, nodes, lambda record, inputs: record.apply(reference, inputs))
     done: set[Record] = set()
 
     def settle(records: list[Record]) -> None:
         waits = waits_for_assign(replay, records)
         ready = [r for r in records if r not in done and r in waits and not waits[r]]
+        settling: set[Record] = set()
+        deferred = []
+        for record in ready:  # program order: a view's input comes before it
+            if _deferrable(replay, record, settling):
+                replay.outcomes[record].defer(_view_value(replay, record))
+                deferred.append(record)
+            settling.add(record)
+        done.update(deferred)
+        ready = [r for r in ready if r not in done]
         if replay.realize(ready) is not None:  # e.g. one raises: realize one at a time
             for record in ready:
                 error = replay.realize([record])
@@ -167,6 +221,10 @@ def run_reference(nodes: Nodes) -> dict[Record, Outcome]:
             if replay.outcomes[record].error is None:
                 replay.read(record)
             done.add(record)
+        for record in deferred:  # a view of a value that failed fails with it
+            source = replay.outcomes[nodes.inputs[record][0]]
+            if source.error is not None and not source.has_value:
+                replay.outcomes[record].value, replay.outcomes[record].error = None, source.error
 
     def on_group(group: list[Record]) -> None:
         settle(list(replay.outcomes))

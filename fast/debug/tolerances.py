@@ -13,11 +13,21 @@ as in conformance (e.g. SQRT of an approximate value), and so is every `full` to
 that its Info does not make exact: an unspecified input is never read as an exact one.
 Tolerances are built from copies of the recorded values, never the live graph.
 
+Building a tolerance evaluates a graph on `reference` over the record's inputs: for the SUM of a
+matmul (an expanded product of 16 x 1536 x 384 elements) that is the costliest step of compare.
+`surely_within_alone` answers the common case without building it: a float SUM alone on exact inputs
+has the tolerance max(1, total) * EPS * (count + 2) (NaN where total reaches half the largest finite
+value), total being the sum of the finite |inputs| in float64. Where reference's sum `want` is finite
+every input is finite and |want| <= (1 + delta) * sum|inputs|, delta <= 0.07 for count <= 2**20 (one
+rounding per add, then one to the dtype), so max(1, 0.9 |want|) * EPS * (count + 2) <= the tolerance:
+a difference within that floor is one conformance accepts. Anything else builds the tolerance.
+
 Arrays: None means exact; otherwise float64 of the value's shape, NaN or inf marking unspecified
 elements (conformance/compare.py `bad_elements`).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, cast
@@ -44,10 +54,17 @@ from conformance.program import (
     Step,
 )
 from conformance.tolerance import ToleranceBuilder
+from conformance.vocab import EPS, FLOATS
 from fast.debug.records import Record
 from fast.debug.values import Value, materialize
 
 MOVES = ("reshape", "pad", "expand", "permute", "shrink", "stride")
+
+
+def unspecified(shape: tuple[int, ...]) -> np.ndarray:
+    """A tolerance of NaN everywhere (skip every element): a read-only broadcast of one NaN, so an
+    unspecified tolerance of a large value costs no memory."""
+    return np.broadcast_to(np.float64(np.nan), shape)
 
 
 def _tuples(value: Any) -> Any:
@@ -107,10 +124,11 @@ def exact(info: Info) -> Info:
 
 
 class Tolerances:
-    """Infos and tolerances of records (module docstring). `values` are the reference values."""
+    """Infos and tolerances of records (module docstring). `values` are the reference values (a
+    mapping that may read a value when it is first looked up: `in` must not read it)."""
 
     def __init__(self, order: list[Record], inputs: dict[Record, tuple[Record, ...]],
-                 values: dict[Record, Value]) -> None:
+                 values: Mapping[Record, Value]) -> None:
         self.inputs, self.values = inputs, values
         self.number = {record: index for index, record in enumerate(order)}
         self.builder = ToleranceBuilder(reference)
@@ -127,13 +145,13 @@ class Tolerances:
 
     def _info(self, record: Record, infos: Mapping[int, Info | None]) -> Info | None:
         step = self.steps.setdefault(record, step_of(record, self.refs(record)))
-        value = self.values.get(record)
         if step is not None:
             try:
                 return infer(step, cast("list[Info | None]", infos))
             except Exception:  # noqa: BLE001 - a use the suite does not model: fall back to the value
                 pass
         sources = [infos.get(number) for number in self.refs(record)]
+        value = self.values.get(record)
         return None if value is None else plain_info(value, [s for s in sources if s is not None])
 
     def info(self, record: Record) -> Info | None:
@@ -145,6 +163,24 @@ class Tolerances:
                         if (info := self.infos.get(number)) is not None}
         info = self._info(record, exact_inputs) if self.steps.get(record) is not None else None
         return self._build(record, info, exact_inputs, [None] * len(self.inputs[record]))[1]
+
+    def surely_within_alone(self, record: Record, expected: Value, actual: Value) -> bool:
+        """True when `actual` is within `alone(record)` of `expected` by a bound that needs no tolerance
+        graph (module docstring: float SUMs); False means "build the tolerance and see"."""
+        step, sources = self.steps.get(record), self.inputs[record]
+        if not isinstance(step, Reduce) or step.op != "SUM" or expected.dtype not in FLOATS \
+                or expected.shards is not None or actual.shards is not None or len(sources) != 1:
+            return False
+        source = self.values.get(sources[0])
+        if source is None or source.dtype != expected.dtype or expected.shape != actual.shape:
+            return False
+        count = math.prod(source.shape[axis] for axis in step.axes)
+        if count > 2 ** 20:
+            return False
+        with np.errstate(invalid="ignore", over="ignore"):
+            want, got = expected.array.astype(np.float64), actual.array.astype(np.float64)
+            floor = np.maximum(1.0, 0.9 * np.abs(want)) * (EPS[expected.dtype] * (count + 2))
+            return bool(np.all(np.isfinite(want) & (np.abs(want - got) <= floor)))
 
     def full(self, record: Record) -> np.ndarray | None:
         """Tolerance of the record's value through the whole graph (built on first use, after its
@@ -165,11 +201,11 @@ class Tolerances:
     def _full(self, record: Record) -> np.ndarray | None:
         """`full` of a record whose inputs' are built."""
         tols = [self.full_lazy.get(source) for source in self.inputs[record]]
-        info, value = self.info(record), self.values.get(record)
+        info = self.info(record)
         exact_info = info is not None and self.steps.get(record) is not None and not info.aux
-        if value is not None and not exact_info and any(source in self.unknown for source in self.inputs[record]):
+        if record in self.values and not exact_info and any(source in self.unknown for source in self.inputs[record]):
             self.unknown.add(record)
-            return np.full(value.shape, np.nan)
+            return unspecified(self.shape(record))
         lazy, array = self._build(record, info, self.infos, tols)
         self.full_lazy[record] = lazy
         if lazy is None and array is not None:
@@ -179,19 +215,25 @@ class Tolerances:
     def _build(self, record: Record, info: Info | None, infos: Mapping[int, Info | None],
                tols: list[Any]) -> tuple[Any, np.ndarray | None]:
         """(lazy tolerance or None, its array or None) of `record` given its Info and its inputs'."""
-        value, step = self.values.get(record), self.steps.get(record)
-        if value is None or (info is not None and step is not None and not info.aux):
+        step = self.steps.get(record)
+        if record not in self.values or (info is not None and step is not None and not info.aux):
             return None, None
         if step is None or info is None:
             unknown = any(tol is not None for tol in tols) or (info is not None and info.aux)
-            return None, np.full(value.shape, np.nan) if unknown else None
+            return None, unspecified(self.shape(record)) if unknown else None
         try:
             sources = [infos.get(number) for number in self.refs(record)]
             values = [materialize(reference, self.values[source]) for source in self.inputs[record]]
-            lazy = self.builder.build(step, info, sources, values, tols, materialize(reference, value))  # type: ignore[arg-type]
+            out = materialize(reference, self.values[record])
+            lazy = self.builder.build(step, info, sources, values, tols, out)  # type: ignore[arg-type]
             return lazy, None if lazy is None else np.asarray(reference.to_numpy(lazy), dtype=np.float64)
         except Exception:  # noqa: BLE001 - as in conformance: a tolerance not built skips the value
-            return None, np.full(value.shape, np.nan)
+            return None, unspecified(self.shape(record))
+
+    def shape(self, record: Record) -> tuple[int, ...]:
+        """The record's shape, from its Info when it has one (its value may not be read yet)."""
+        info = self.info(record)
+        return tuple(info.shape) if info is not None else self.values[record].shape
 
 
 def bad(expected: Value, actual: Value, tolerance: np.ndarray | None, rtol: float | None,

@@ -5,7 +5,8 @@ MultiLazyBuffer, every shard's own Value (non-real shards included), its axis an
 has the same layout. `materialize(pkg, value)` builds a realized buffer of `pkg` holding exactly those
 bits (bfloat16 through its bit pattern, so NaN payloads survive).
 
-`DiskMap` gives `fast` copies of DISK buffers files of their own in a temporary folder: compare never
+`DiskMap` gives `fast` copies of DISK buffers files of their own in a temporary folder (in memory
+where /dev/shm exists): compare never
 writes a file of the user's. Every allocation on a `fast` DISK device maps its file from byte 0, so two
 values materialized onto one DISK device would alias (the second overwriting the first, as it did for
 every weight of a safetensors file): a DiskMap instead gives each value it materializes a byte range
@@ -14,6 +15,7 @@ of its own in the mapped file (`DiskMap.reserve`), and the value is a zero-copy 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import shutil
 import tempfile
@@ -24,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from fast.debug.records import DeviceMap, same_device
+from fast.graph.node import LazyBuffer
+from fast.runtime import mpi
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,7 +58,21 @@ def _stored(pkg: ModuleType, obj: Any) -> np.ndarray:
         stored = obj.realized
         if stored is not None and not stored.flags.writeable:
             return np.asarray(stored)
+    if pkg.__name__ == "fast" and (stored := _fast_stored(obj)) is not None:
+        return stored
     return np.asarray(pkg.to_numpy(obj))
+
+
+def _fast_stored(obj: Any) -> np.ndarray | None:
+    """The bytes of a realized `fast` base buffer of this rank, copied out once (`to_numpy` copies them
+    twice: a large value read for every node adds up), or None where `to_numpy` must read it."""
+    if not isinstance(obj, LazyBuffer) or obj.base is not obj or obj.realized is None or \
+            obj.dtype.name == "bfloat16" or not mpi.is_mine(obj.device):
+        return None
+    shape = obj.shape
+    if not all(isinstance(size, int) for size in shape) or obj.realized.size != math.prod(shape):
+        return None
+    return obj.realized.as_numpy().reshape(shape)
 
 
 def read(pkg: ModuleType, obj: Any) -> Value:
@@ -71,7 +89,8 @@ def _storage(value: Value) -> tuple[np.ndarray, bool]:
     if value.dtype == "bfloat16":
         bits = np.array(value.array, dtype=np.float32, order="C").view(np.uint32) >> 16
         return bits.astype(np.uint16), True
-    return np.array(value.array, order="C"), False  # (not ascontiguousarray: it makes 0-d arrays 1-d)
+    # no copy of a C-contiguous array: both packages' from_numpy copy what they are given
+    return np.asarray(value.array, order="C"), False  # (not ascontiguousarray: it makes 0-d arrays 1-d)
 
 
 def materialize(pkg: ModuleType, value: Value, devices: DeviceMap = same_device) -> Any:
@@ -108,6 +127,14 @@ def _disk_range(pkg: ModuleType, value: Value, array: np.ndarray, device: str, d
     return out
 
 
+def scratch_folder() -> str | None:
+    """Where DiskMap's files go: /dev/shm when it is a writable folder (memory: a DISK write syncs its
+    bytes to stable storage, which compare's throwaway copies do not need), else the default temporary
+    folder (None)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 class DiskMap:
     """Maps `DISK:<path>` to `DISK:<temporary folder>/<n>` (one file per original path); other
     device names are unchanged. `reserve` hands out disjoint byte ranges of a mapped file (module
@@ -124,7 +151,7 @@ docstring). `close()` removes the folder."""
             return device
         if device not in self.names:
             if self.folder is None:
-                self.folder = tempfile.mkdtemp(prefix="fast-debug-")
+                self.folder = tempfile.mkdtemp(prefix="fast-debug-", dir=scratch_folder())
             self.names[device] = f"DISK:{os.path.join(self.folder, str(next(self.counter)))}"
         return self.names[device]
 
