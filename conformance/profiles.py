@@ -23,7 +23,7 @@ class GenConfig:
     p_big: float = 0.02
     p_ring_big: float = 0.002
     captured_every: int = 0  # every N-th random program also runs captured, twice (conformance/captured.py)
-    p_large: float = 0.03  # a ~1M-element op (threads) or a 32,768+ one (strategies/optimized.py act_large)
+    p_large: float = 0.02  # a ~1M-element op (threads) or a 32,768+ one (strategies/optimized.py act_large)
     p_ring2: float = 0.25
     p_symbolic: float = 0.06
     disk_dir: str | None = None
@@ -62,7 +62,7 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6, captured_every=8), shrink_seconds=15.0,
+    "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6, captured_every=10), shrink_seconds=15.0,
                   time_limit=200.0),
     "mpi": Profile("mpi", examples=400, gen=GenConfig(max_ops=6, p_multi=1.0, p_symbolic=0.03),
                    shrink_seconds=15.0, time_limit=150.0),

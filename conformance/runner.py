@@ -30,7 +30,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from conformance import coverage, cuda_compile, optpaths
-from conformance.captured import capturable, check_captured
+from conformance.captured import capturable, check_captured, reproduction
 from conformance.compare import Mismatch, binding_text, compare, compare_reuse
 from conformance.directed import directed_programs
 from conformance.driver import Outcome, replay
@@ -244,7 +244,10 @@ class Worker:
                         None)
         program = minimize(program, lambda p: same(p) is not None, self.shrink_seconds)
         mismatch = same(program) or mismatch
-        failures[mismatch.signature] = Failure(mismatch.signature, mismatch.detail, program.render(self.candidate_name))
+        snippet = program.render(self.candidate_name)
+        if mismatch.signature.startswith("captured:"):
+            snippet += reproduction(program)
+        failures[mismatch.signature] = Failure(mismatch.signature, mismatch.detail, snippet)
 
     def run(self, examples: int, seed: int, strategy: st.SearchStrategy[Program] | None = None) -> RunResult:
         strategy = strategy if strategy is not None else programs(self.cfg)

@@ -36,7 +36,7 @@ ROW_SIZES = (1, 5, 8, 16, 31, 32, 33, 37, 48, 64)
 GEMM_ROWS = (32, 33, 37, 48, 64)
 #: About a million iterations: threads split the first loop (1021 and 1031 are primes; 3 rows are
 #: fewer than a launch's chunks), or 32,768-40,000 in one row (vector tails after a long body).
-LARGE_SHAPES: tuple[Shape, ...] = ((1021, 1031), (1024, 1024), (3, 349_529), (1031, 1021), (4099, 257),
+LARGE_SHAPES: tuple[Shape, ...] = ((1021, 1031), (1024, 1024), (3, 349_529), (2048, 512), (4099, 257),
                                    (32_771,), (8, 4099))
 
 
