@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fast.debug import hooks
+from fast.debug import hooks, inputs
 from fast.debug.graph import graph
 from fast.debug.report import Difference, KernelRef, Report
 from fast.debug.table import schedule_table
@@ -27,26 +27,28 @@ hooks.register()
 
 
 def compare(*buffers: Any, rtol: float | None = None, atol: float | None = None) -> Report:
-    """The graph of `buffers` (LazyBuffer or MultiLazyBuffer) replayed on `reference` node by node.
+    """The graph of `buffers` (LazyBuffer, MultiLazyBuffer or fast.xp array) replayed on `reference`
+    node by node; TypeError for anything else (fast/debug/inputs.py).
 
     `report.first` is None when every node agrees, unfused (each op alone on reference's values of its
     inputs) and in the fused schedule, within the tolerances of docs/semantics.md (plus
     |reference - fast| <= atol + rtol * |reference| when given); otherwise the first node, in program
     order, that differs. The user's graph is not changed or realized."""
     from fast.debug.comparison import compare as run  # imports reference and conformance's rules on first use
-    return run(*buffers, rtol=rtol, atol=atol)
+    return run(*inputs.buffers("compare", buffers), rtol=rtol, atol=atol)
 
 
 def rebuild(*buffers: Any) -> list[Any]:
-    """A fresh, unrealized `fast` copy of the graph of `buffers` (from its trace where traced, else from
-    the lazy graph; realized inputs copied, DISK ones into a temporary folder): e.g. to draw the graph of
-    buffers that are already realized, `graph(*rebuild(out), path=...)`. Nothing of the user's changes."""
+    """A fresh, unrealized `fast` copy of the graph of `buffers` (buffers or fast.xp arrays; from its
+    trace where traced, else from the lazy graph; realized inputs copied, DISK ones into a temporary
+    folder): e.g. to draw the graph of buffers that are already realized, `graph(*rebuild(out),
+    path=...)`. Nothing of the user's changes."""
     from fast.debug.actual import rebuild as run
     from fast.debug.fromgraph import collect
     from fast.debug.trace import paused
     from fast.debug.values import DiskMap
     with paused():
-        return run(collect(buffers), DiskMap())
+        return run(collect(inputs.buffers("rebuild", buffers)), DiskMap())
 
 
 __all__ = ["Difference", "KernelRef", "Report", "compare", "graph", "rebuild", "schedule_table", "trace"]

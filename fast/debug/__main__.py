@@ -1,26 +1,37 @@
 """`python -m fast.debug FILE.py [--var NAME] [--rtol R] [--atol A] [--graph PATH]`.
 
 Runs the script under `fast.debug.trace()` (as `__main__`, with `sys.argv` = [FILE]), takes its last
-expression (or the variable `--var`) as the buffer to check, a LazyBuffer or MultiLazyBuffer or a
-list/tuple of them, and prints `fast.debug.compare(...)`; `--graph` also writes the graph picture
-(fast.debug.graph; of `fast.debug.rebuild(...)` when the script realized the buffers). Exit status:
-0 when every node agrees, 1 when one differs, 2 when the script or its last expression cannot give
-buffers.
+expression (or the variable `--var`) as what to check: a LazyBuffer, a MultiLazyBuffer, a fast.xp
+array or a list/tuple of them, and prints `fast.debug.compare(...)`; `--graph` also writes the graph
+picture (fast.debug.graph; of `fast.debug.rebuild(...)` when the script realized the buffers).
+Exit status: 0 when every node agrees, 1 when one differs, 2 when nothing could be checked: a
+missing file, a script that does not end in an expression, a value that is not buffers, a device this
+machine cannot run (each one line on stderr), or the script raised (its traceback, then one line).
+`--help` runs nothing; an argument it does not know is refused.
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
-from fast.debug import compare, graph, rebuild, trace
-from fast.debug.trace import is_buffer
+import numpy as np
+
+import fast
+from fast.debug import compare, graph, inputs, rebuild, trace
+
+PROGRAM = "python -m fast.debug"
+
+
+class RefusedError(Exception):
+    """A one-line reason why nothing can be checked (printed without a traceback)."""
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m fast.debug", description=__doc__.split("\n\n")[1],
+    parser = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("script", help="a Python file whose last expression is the buffer to check")
     parser.add_argument("--var", help="check this variable of the script instead of its last expression")
@@ -30,16 +41,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _program(path: Path, var: str | None) -> tuple[ast.Module, ast.Expression | None]:
+    """The script's statements and, without `var`, its last expression (taken out of them)."""
+    if not path.is_file():
+        raise RefusedError(f"{path}: no such file")
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as error:
+        raise RefusedError(f"{path}:{error.lineno}: {error.msg}") from None
+    if var is not None:
+        return tree, None
+    final = tree.body[-1] if tree.body else None
+    if not isinstance(final, ast.Expr):
+        raise RefusedError(f"{path}: the last statement is not an expression (end the script with the buffer to "
+                      "check, or name it with --var)")
+    tree.body.pop()
+    return tree, ast.Expression(final.value)
+
+
 def run_script(path: Path, var: str | None) -> Any:
-    """Execute the script under trace(); its last expression's value (or `var`'s)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    last = None
-    if var is None:
-        final = tree.body[-1] if tree.body else None
-        if not isinstance(final, ast.Expr):
-            raise ValueError(f"{path}: the last statement is not an expression (name the buffer with --var)")
-        tree.body.pop()
-        last = ast.Expression(final.value)
+    """Execute the script under trace(); its last expression's value (or `var`'s). RefusedError for what
+    is wrong before it runs; what the script raises propagates."""
+    tree, last = _program(path, var)
     namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(path)}
     saved, sys.argv = sys.argv, [str(path)]
     try:
@@ -50,34 +73,75 @@ def run_script(path: Path, var: str | None) -> Any:
     finally:
         sys.argv = saved
     if var not in namespace:
-        raise ValueError(f"{path}: the script defines no variable {var!r}")
+        raise RefusedError(f"{path}: the script defines no variable {var!r}")
     return namespace[var]
 
 
-def buffers_of(value: Any) -> list[Any]:
-    """The buffers in `value` (one, or a list/tuple of them); ValueError otherwise."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not items or not all(is_buffer(item) for item in items):
-        raise ValueError(f"expected a LazyBuffer, a MultiLazyBuffer or a list of them, got {value!r}")
-    return items
+def buffers_of(value: Any, what: str = PROGRAM) -> list[Any]:
+    """The buffers in `value` (one, or a list/tuple of them; a fast.xp array stands for its `.lazy`);
+    TypeError otherwise, as `compare` raises it (`what`: whose value it is, for the message)."""
+    return inputs.buffers(what, list(value) if isinstance(value, (list, tuple)) else [value])
+
+
+def unusable_device(buffers: list[Any]) -> str | None:
+    """Why a device the buffers live on cannot run on this machine (a value copied there and back
+    fails), or None."""
+    devices = sorted({device for b in buffers for device in (b.device if isinstance(b.device, tuple) else (b.device,))})
+    for device in devices:
+        try:
+            fast.to_numpy(fast.from_numpy(np.zeros(1, dtype=np.float32), device))
+        except Exception as error:  # noqa: BLE001 - any failure means the device is unusable here
+            message = str(error).splitlines()[0] if str(error) else ""
+            return f"device {device} cannot run on this machine ({type(error).__name__}: {message})"
+    return None
+
+
+def _checked(args: argparse.Namespace) -> list[Any]:
+    """The buffers to compare; RefusedError (one line) when there are none to check."""
+    try:
+        found = buffers_of(run_script(Path(args.script), args.var),
+                           f"{args.script}: {'--var ' + args.var if args.var else 'its last expression'}")
+    except TypeError as error:
+        raise RefusedError(str(error)) from None
+    reason = unusable_device(found)
+    if reason is not None:
+        raise RefusedError(reason)
+    return found
+
+
+def _draw(buffers: list[Any], path: str) -> None:
+    realized = any(lb.is_realized() for b in buffers for lb in getattr(b, "lbs", [b]))
+    drawn = rebuild(*buffers) if realized else buffers  # a realized graph has forgotten its sources
+    written = graph(*drawn, path=path)
+    print(f"graph{' (rebuilt from the trace: the script realized it)' if realized else ''}: "
+          f"{', '.join(str(p) for p in written)}")
+    wanted = Path(path)
+    picture = wanted if wanted.suffix in (".svg", ".png") else wanted.with_suffix(".svg")
+    if picture not in written:
+        print(f"{PROGRAM}: only the DOT file was written: Graphviz's `dot` is not on PATH to render "
+              f"{picture} (install graphviz, or run `dot -T{picture.suffix[1:]} {written[0]} -o {picture}`)")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        buffers = buffers_of(run_script(Path(args.script), args.var))
-    except Exception as error:  # noqa: BLE001 - reported, with the script's own traceback
-        import traceback
+        buffers = _checked(args)
+    except RefusedError as refusal:
+        print(f"{PROGRAM}: {refusal}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - the script's own error: its traceback, then one line
+        message = str(error).splitlines()[0] if str(error) else ""
+        if type(error).__module__.startswith("fast.runtime."):  # a device's runtime refused (no GPU, ...)
+            print(f"{PROGRAM}: {args.script} uses a device this machine cannot run ({type(error).__name__}: "
+                  f"{message})", file=sys.stderr)
+            return 2
         traceback.print_exc()
-        print(f"python -m fast.debug: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"{PROGRAM}: {args.script} raised {type(error).__name__}: {message}", file=sys.stderr)
         return 2
     report = compare(*buffers, rtol=args.rtol, atol=args.atol)
     print(report)
     if args.graph:
-        realized = any(lb.is_realized() for b in buffers for lb in getattr(b, "lbs", [b]))
-        drawn = rebuild(*buffers) if realized else buffers  # a realized graph has forgotten its sources
-        paths = ", ".join(str(p) for p in graph(*drawn, path=args.graph))
-        print(f"graph{' (rebuilt from the trace: the script realized it)' if realized else ''}: {paths}")
+        _draw(buffers, args.graph)
     return 0 if report.first is None else 1
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fast.debug.inputs import buffers as checked
 from fast.debug.table import item_members, item_row
 from fast.engine.schedule import Step, lazy_buffers, plan_schedule
 from fast.graph.node import LazyBuffer
@@ -140,6 +141,7 @@ def write(text: str, path: Path) -> list[Path]:
 
 
 def graph(*buffers: Any, path: str | Path) -> list[Path]:
-    """Write the graph of `buffers` and its schedule's kernels (module docstring); the paths written."""
-    outs = lazy_buffers(buffers)
+    """Write the graph of `buffers` (buffers or fast.xp arrays) and its schedule's kernels (module
+    docstring); the paths written."""
+    outs = lazy_buffers(checked("graph", buffers))
     return write(to_dot(outs, plan_schedule(outs)), Path(path))

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fast.config import Config
+from fast.debug.values import DeviceMap, materialize, same_device
 from fast.dtype import DType
 
 SEQUENCE = itertools.count()  # record numbers: program order within a trace
@@ -50,13 +51,6 @@ class DTypeRef:
     """A dtype by name."""
 
     name: str
-
-
-DeviceMap = Callable[[str], str]
-
-
-def same_device(name: str) -> str:
-    return name
 
 
 @dataclass(eq=False)
@@ -87,7 +81,6 @@ class Record:
         if self.target == "self":
             return getattr(inputs[0], self.method)(*args, **kwargs)
         if self.target == "value":
-            from fast.debug.values import materialize  # values.py builds on this module
             return materialize(pkg, args[0], devices)
         owner: Any = pkg if self.target == "module" else getattr(pkg, self.target)
         return owner(*args, **kwargs) if self.method == "__init__" else getattr(owner, self.method)(*args, **kwargs)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-SOURCE_LINES = 60  # lines of kernel source str(report) shows (the Report keeps all of it)
+from fast.debug.text import format_report
 
 
 @dataclass(frozen=True)
@@ -85,5 +85,4 @@ class Report:
     traced: int = 0
 
     def __str__(self) -> str:
-        from fast.debug.text import format_report  # formatting lives apart from the data
-        return format_report(self)
+        return format_report(self)  # (text.py: formatting lives apart from the data)

@@ -1,11 +1,15 @@
 """`str(report)`: the readable summary of a compare Report (see report.py for the fields)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from fast.debug.report import SOURCE_LINES, Difference, KernelRef, Report
+if TYPE_CHECKING:  # (report.py imports this module: the types only, no import cycle at run time)
+    from fast.debug.report import Difference, KernelRef, Report
 
 ARRAY_CHARS = 400  # at most this much of one array is printed
+SOURCE_LINES = 60  # lines of kernel source str(report) shows (the Report keeps all of it)
 
 
 def show_array(array: np.ndarray | None) -> str:
