@@ -1,7 +1,9 @@
 """Generation settings and the named profiles of the command line.
 
-`ci` is sized to finish within about five minutes on two cores against `fast`; `full` runs 20,000
-examples, meant for about an hour on two cores; `mpi` is the slice run under mpiexec
+`ci` is sized to finish within about two minutes on two cores against `fast` (2,000 programs, every
+16th also run captured; its 200 s of generation are a bound for slow hosts); `full` runs up to
+20,000 examples with at most 12 minutes of generation, so a run stays under 15 minutes on two cores
+(fewer programs on a slow host); `mpi` is the slice run under mpiexec
 (conformance/mpi_driver.py): sharded programs (besides the rare symbolic ones), about two minutes
 for 400 (over 300 of them sharded) on three ranks sharing two cores. Device kinds are parameters:
 every strategy names devices through `GenConfig.single_devices()` and `GenConfig.shard_devices(n)`,
@@ -62,11 +64,11 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6, captured_every=10), shrink_seconds=15.0,
+    "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6, captured_every=16), shrink_seconds=15.0,
                   time_limit=200.0),
     "mpi": Profile("mpi", examples=400, gen=GenConfig(max_ops=6, p_multi=1.0, p_symbolic=0.03),
                    shrink_seconds=15.0, time_limit=150.0),
     "full": Profile("full", examples=20_000,
                     gen=GenConfig(max_ops=8, p_big=0.02, p_ring_big=0.002, captured_every=4),
-                    shrink_seconds=60.0, time_limit=3300.0),
+                    shrink_seconds=45.0, time_limit=720.0),
 }

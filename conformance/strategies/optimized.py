@@ -37,7 +37,7 @@ GEMM_ROWS = (32, 33, 37, 48, 64)
 #: About a million iterations: threads split the first loop (1021 and 1031 are primes; 3 rows are
 #: fewer than a launch's chunks), or 32,768-40,000 in one row (vector tails after a long body).
 LARGE_SHAPES: tuple[Shape, ...] = ((1021, 1031), (1024, 1024), (3, 349_529), (2048, 512), (4099, 257),
-                                   (32_771,), (8, 4099))
+                                   (512, 2048), (32_771,), (8, 4099))
 
 
 def stress_values(dtype: str, size: int, seed: int, negative: bool = False) -> tuple[float, ...]:
