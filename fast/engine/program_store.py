@@ -15,11 +15,12 @@ libraries (`FAST_CACHE_DIR`, runtime/base.py), so parallel processes and tests a
 that cannot be read or unpickled is treated as missing. `DISABLE_COMPILER_CACHE=1` turns the store
 off with the library cache.
 
-In-process memo: what this process loaded or saved is kept (`MEMO`, the last `MEMO_SIZE` keys), so
-a kernel asked for twice (engine/prebuild.py asks before the item runs) is read and unpickled
-once. Programs are frozen values, so sharing one object is safe. The memo is only consulted where
-the disk store would be (not while suspended or with the cache disabled), and the key fixes the
-cache folder's contents, so it never answers differently from the file.
+In-process memo: what this process loaded or saved is kept (`MEMO`: the most recent entries, at
+most `MEMO_SIZE` of them and `MEMO_BYTES` of source text), so a kernel asked for twice
+(engine/prebuild.py asks before the item runs) is read and unpickled once. Programs are frozen
+values, so sharing one object is safe. The memo is only consulted where the disk store would be
+(not while suspended or with the cache disabled), per cache folder, and a key fixes what its file
+holds, so the memo never answers differently from the file.
 """
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ from fast.runtime.base import atomic_write
 _CODE_PARTS = ("codegen", "renderer", "shape", "ops.py", "dtype.py")
 NAMESPACE = "programs"
 _SUSPENDED = [0]  # > 0: `suspend` is in effect
-MEMO_SIZE = 1024
+MEMO_SIZE, MEMO_BYTES = 256, 32 << 20
 MEMO: OrderedDict[tuple[str, str], tuple[LinearProgram, str]] = OrderedDict()  # (cache folder, key) -> value
+_MEMO_SOURCE_BYTES = [0]  # the length of MEMO's sources together
 _MEMO_LOCK = threading.Lock()
 
 
@@ -107,11 +109,20 @@ def _path(key: str) -> str:
 
 
 def _remember(memo_key: tuple[str, str], value: tuple[LinearProgram, str]) -> None:
+    """Keep `value` in MEMO, dropping the oldest entries beyond MEMO_SIZE or MEMO_BYTES."""
     with _MEMO_LOCK:
+        old = MEMO.pop(memo_key, None)
+        _MEMO_SOURCE_BYTES[0] += len(value[1]) - (len(old[1]) if old is not None else 0)
         MEMO[memo_key] = value
-        MEMO.move_to_end(memo_key)
-        while len(MEMO) > MEMO_SIZE:
-            MEMO.popitem(last=False)
+        while MEMO and (len(MEMO) > MEMO_SIZE or _MEMO_SOURCE_BYTES[0] > MEMO_BYTES):
+            _MEMO_SOURCE_BYTES[0] -= len(MEMO.popitem(last=False)[1][1])
+
+
+def clear_memo() -> None:
+    """Forget what this process read or wrote (as a new process would start)."""
+    with _MEMO_LOCK:
+        MEMO.clear()
+        _MEMO_SOURCE_BYTES[0] = 0
 
 
 def load(key: str) -> tuple[LinearProgram, str] | None:

@@ -108,7 +108,7 @@ def test_a_cold_realize_builds_ahead(device: str, tmp_path: Path, monkeypatch: A
     saved, saved_ast = dict(PROGRAMS), dict(AST_KERNELS)
     PROGRAMS.clear()
     AST_KERNELS.clear()
-    program_store.MEMO.clear()
+    program_store.clear_memo()
     try:
         with config.override(cache_dir=str(tmp_path), threads=2):
             x = fast.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4), device)

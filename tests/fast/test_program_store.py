@@ -28,7 +28,7 @@ def empty_process_caches() -> Iterator[None]:
     saved, saved_ast = dict(PROGRAMS), dict(AST_KERNELS)
     PROGRAMS.clear()
     AST_KERNELS.clear()
-    program_store.MEMO.clear()
+    program_store.clear_memo()
     yield
     PROGRAMS.clear()
     AST_KERNELS.clear()
@@ -61,7 +61,7 @@ def test_a_warm_store_lowers_nothing(device: str, tmp_path: Path, monkeypatch: p
         assert calls, "the cold store lowers"
         PROGRAMS.clear()
         AST_KERNELS.clear()  # as in a new process: only the disk remains
-        program_store.MEMO.clear()
+        program_store.clear_memo()
         calls.clear()
         compiles = COMPILE_COUNTER.snapshot()[0]
         again = fast.to_numpy(_graph(device, 3.0))
@@ -111,6 +111,23 @@ def test_the_memo_answers_per_cache_folder_as_the_file_would(tmp_path: Path) -> 
     with config.override(cache_dir=str(tmp_path / "one")):
         assert program_store.load(key) is None, "a suspended store answers nothing, memo included"
     resume()
+
+
+def test_the_memo_keeps_the_newest_entries_within_its_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = fast.from_numpy(np.ones((4, 4), np.float32), "CLANG")
+    program = realize.lower(fast.schedule(x.e(fast.BinaryOps.ADD, x.const(1.0)))[-1].ast, cpu_options(32))
+    monkeypatch.setattr(program_store, "MEMO_SIZE", 3)
+    monkeypatch.setattr(program_store, "MEMO_BYTES", 100)
+    program_store.clear_memo()
+    with config.override(cache_dir=str(tmp_path)):
+        for number in range(5):
+            program_store.save(f"{number:064x}", program, "s" * 10)
+        assert [key for _, key in program_store.MEMO] == [f"{number:064x}" for number in (2, 3, 4)]
+        program_store.save("f" * 64, program, "s" * 95)  # alone within the bytes bound
+        assert [key for _, key in program_store.MEMO] == ["f" * 64]
+        program_store.save("e" * 64, program, "s" * 200)  # beyond it: kept on disk only
+        assert not program_store.MEMO and program_store.load("e" * 64) == (program, "s" * 200)
+    program_store.clear_memo()
 
 
 def test_stored_variables_hash_like_new_ones_in_another_process(tmp_path: Path) -> None:
