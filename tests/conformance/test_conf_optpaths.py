@@ -216,30 +216,33 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def test_mutation_cli_answers_help_and_refuses_unknown_arguments() -> None:
-    helped = _cli("-m", "conformance.mutation", "--help")
+def test_mutation_cli_answers_help_and_refuses_unknown_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    from conformance import mutation
+    helped = _cli("-m", "conformance.mutation", "--help")  # as users run it: nothing is hunted
     assert helped.returncode == 0 and "usage: python -m conformance.mutation" in helped.stdout
-    assert "programs," not in helped.stdout and not helped.stderr  # nothing was hunted
-    refused = _cli("-m", "conformance.mutation", "--frobnicate")
-    assert refused.returncode == 2 and "unrecognized arguments: --frobnicate" in refused.stderr
-    nothing = _cli("-m", "conformance.mutation", "--only", "no such bug")
-    assert nothing.returncode == 2 and nothing.stderr.count("\n") == 1
+    assert "programs," not in helped.stdout and not helped.stderr
+    with pytest.raises(SystemExit) as refused:
+        mutation.main(["--frobnicate"])
+    assert refused.value.code == 2 and "unrecognized arguments: --frobnicate" in capsys.readouterr().err
+    assert mutation.main(["--only", "no such bug"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_conformance_cli_refuses_bad_devices_in_one_line() -> None:
+def test_conformance_cli_refuses_bad_devices_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from conformance.__main__ import main
     for devices, words in (("FOO", "unknown device kind 'FOO'"), ("CLANG=x", "CLANG=x is not a device count")):
-        done = _cli("-m", "conformance", "--devices", devices)
-        assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1, done.stderr
-        assert not done.stdout
+        assert main(["--devices", devices]) == 2
+        out, err = capsys.readouterr()
+        assert words in err and err.count("\n") == 1 and not out, err
 
 
-def test_conformance_cli_refuses_a_device_the_machine_cannot_run() -> None:
-    from conformance.__main__ import unusable_device
+def test_conformance_cli_refuses_a_device_the_machine_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from conformance.__main__ import main, unusable_device
     if unusable_device("fast", ("CUDA",)) is None:
         pytest.skip("this machine runs CUDA: there is no unusable device to refuse")
-    done = _cli("-m", "conformance", "--devices", "CUDA=1,CLANG", "--examples", "5")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "device CUDA cannot run on this machine" in done.stderr and not done.stdout
+    assert main(["--devices", "CUDA=1,CLANG", "--examples", "5"]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "device CUDA cannot run on this machine" in err and not out
 
 
 def test_tolerance_summary_says_what_it_means() -> None:
