@@ -11,7 +11,7 @@ The user's objects are never realized or changed here; DISK devices go through a
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from fast.debug.records import DeviceMap, Record
 from fast.debug.report import KernelRef
 from fast.debug.runs import Outcome, Replay, describe, recorded_config
 from fast.debug.table import item_members
+from fast.debug.values import Value, materialize
 from fast.engine.realize import get_kernel
 from fast.engine.schedule import ScheduleItem, lazy_buffers, plan_schedule
 from fast.ops import KernelOps
@@ -46,11 +47,15 @@ def is_input(record: Record) -> bool:
 
 # ---------------------------------------------------------------- the fused schedule
 
-def _clone_maker(replay: Replay, devices: DeviceMap) -> Callable[[Record, list[Any]], Any]:
+def _clone_maker(replay: Replay, devices: DeviceMap,
+                 leaves: Mapping[Record, Value] | None = None) -> Callable[[Record, list[Any]], Any]:
+    """Clones of records; a record of `leaves` is a fresh realized copy of the value given for it."""
     def get(source: Record) -> Any:
         return replay.outcomes[source].obj
 
     def make(record: Record, inputs: list[Any]) -> Any:
+        if leaves is not None and record in leaves:
+            return materialize(fast, leaves[record], devices)
         with recorded_config(record):
             return record.clone(get, devices) if record.clone is not None else record.apply(fast, inputs, devices)
     return make
@@ -98,13 +103,15 @@ def _run_planned(fused: Fused, records: list[Record]) -> str | None:
 
 
 def run_fused(nodes: Nodes, devices: DeviceMap, records: list[Record] | None = None,
-              outputs: list[Record] | None = None, fresh: bool = False) -> Fused:
+              outputs: list[Record] | None = None, fresh: bool = False,
+              leaves: Mapping[Record, Value] | None = None) -> Fused:
     """Clone `records` (default: all), realize `outputs` (default: the requested ones) fused, reading
     right after each realize (before a later assign can overwrite them) what it realized: the
     records asked for (views included: one small copy kernel each) and every observable clone.
-    `fresh`: no sharing with earlier clones (the lazy cache off)."""
+    `fresh`: no sharing with earlier clones (the lazy cache off). `leaves`: records made as copies
+    of the values given (local.py), not clones."""
     replay = Replay(fast, nodes, lambda record, inputs: None, records)
-    replay.make = _clone_maker(replay, devices)
+    replay.make = _clone_maker(replay, devices, leaves)
     fused = Fused(replay)
 
     def run(group: list[Record]) -> None:
@@ -120,15 +127,17 @@ def run_fused(nodes: Nodes, devices: DeviceMap, records: list[Record] | None = N
     return fused
 
 
-def fused_value(record: Record, nodes: Nodes, devices: DeviceMap) -> Outcome:
-    """`record`'s value when the graph up to it is cloned afresh and realized fused."""
+def fused_value(record: Record, nodes: Nodes, devices: DeviceMap,
+                leaves: Mapping[Record, Value] | None = None) -> Outcome:
+    """`record`'s value when the graph up to it is cloned afresh and realized fused (`leaves`: see
+    `run_fused`)."""
     wanted, stack = {record}, [record]
     while stack:
         for source in nodes.inputs[stack.pop()]:
             if source not in wanted:
                 wanted.add(source)
                 stack.append(source)
-    fused = run_fused(nodes, devices, [r for r in nodes.order if r in wanted], [record], fresh=True)
+    fused = run_fused(nodes, devices, [r for r in nodes.order if r in wanted], [record], fresh=True, leaves=leaves)
     outcome = fused.replay.outcomes[record]
     if outcome.obj is not None and outcome.value is None and outcome.error is None:
         fused.replay.read(record)

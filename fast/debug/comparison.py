@@ -28,6 +28,7 @@ from fast import config
 from fast.debug.actual import Fused, first_fused, is_input, kernel_ref, run_fused
 from fast.debug.alone import AloneRuns
 from fast.debug.fromgraph import Nodes, collect
+from fast.debug.local import KernelGraph, gross
 from fast.debug.records import DeviceMap, Record
 from fast.debug.report import Difference, KernelRef, Report
 from fast.debug.runs import UNCOMPARED, Outcome, error_kind, run_reference
@@ -188,7 +189,42 @@ def _first(ctx: Context) -> Difference | None:
         if fused is not None:
             with ctx.stage("narrowing"):
                 return _narrow(ctx, record, fused)
+        if fused_outcome is not None and _unspecified_gross(ctx, record, fused_outcome):
+            with ctx.stage("narrowing"):
+                found = _local(ctx, record, fused_outcome)
+            if found is not None:
+                return found
     return None
+
+
+def _unspecified_gross(ctx: Context, record: Record, outcome: Outcome) -> bool:
+    """The fused value agreed only because its tolerance is unspecified where it differs grossly."""
+    want, got = ctx.expected[record].value, outcome.value
+    return want is not None and got is not None and record in ctx.tolerances.full_arrays and \
+        gross(want, got, ctx.tolerances.full_arrays[record])
+
+
+def _local(ctx: Context, record: Record, outcome: Outcome) -> Difference | None:
+    """local.py: `record`'s fused value on its kernel's own inputs; if it differs, the first record of
+    its kernel (program order) whose fused value from those inputs differs."""
+    graph = KernelGraph(ctx.nodes, ctx.expected, ctx.fused, record, ctx.devices)
+    if not graph.usable():
+        return None
+    graph.evaluate()
+    tolerances = graph.tolerances
+    assert tolerances is not None  # (set by evaluate)
+    found = verdict(ctx, graph.expected[record], outcome, partial(tolerances.full, record))
+    if found is None:
+        return None
+    for candidate in graph.order[:-1]:
+        earlier = verdict(ctx, graph.expected[candidate], graph.fast_value(candidate),
+                          partial(tolerances.full, candidate))
+        if earlier is not None:
+            record, found = candidate, earlier
+            break
+    found.reason += (" (on its kernel's inputs as fast computed them: through the whole graph its "
+                     "tolerance is unspecified)")
+    return _difference(ctx, record, found, False, True, graph.expected)
 
 
 def _ancestors(nodes: Nodes, record: Record) -> list[Record]:
@@ -232,10 +268,13 @@ def _kernel(ctx: Context, record: Record) -> tuple[KernelRef | None, bool]:
     return None, False
 
 
-def _difference(ctx: Context, record: Record, found: Verdict, unfused: bool, fused: bool | None) -> Difference:
-    expected = ctx.expected[record]
+def _difference(ctx: Context, record: Record, found: Verdict, unfused: bool, fused: bool | None,
+                local: dict[Record, Outcome] | None = None) -> Difference:
+    """The report of `record`; `local`: reference's values on its kernel's inputs (local.py)."""
+    values = ctx.expected if local is None else {**ctx.expected, **local}
+    expected = values[record]
     want = expected.value
-    inputs = [(ctx.name(s), None if ctx.expected[s].value is None else ctx.expected[s].value.array)  # type: ignore[union-attr]
+    inputs = [(ctx.name(s), None if values[s].value is None else values[s].value.array)  # type: ignore[union-attr]
               for s in ctx.nodes.inputs[record]]
     alone = ctx.alone.get(record)
     kernel, reads = _kernel(ctx, record)

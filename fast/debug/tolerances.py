@@ -128,8 +128,8 @@ class Tolerances:
     mapping that may read a value when it is first looked up: `in` must not read it)."""
 
     def __init__(self, order: list[Record], inputs: dict[Record, tuple[Record, ...]],
-                 values: Mapping[Record, Value]) -> None:
-        self.inputs, self.values = inputs, values
+                 values: Mapping[Record, Value], leaves: frozenset[Record] = frozenset()) -> None:
+        self.inputs, self.values, self.leaves = inputs, values, leaves  # leaves: exact values given
         self.number = {record: index for index, record in enumerate(order)}
         self.builder = ToleranceBuilder(reference)
         self.steps: dict[Record, Step | None] = {}
@@ -144,7 +144,7 @@ class Tolerances:
         return tuple(self.number[source] for source in self.inputs[record])
 
     def _info(self, record: Record, infos: Mapping[int, Info | None]) -> Info | None:
-        step = self.steps.setdefault(record, step_of(record, self.refs(record)))
+        step = self.steps.setdefault(record, None if record in self.leaves else step_of(record, self.refs(record)))
         if step is not None:
             try:
                 return infer(step, cast("list[Info | None]", infos))

@@ -1,0 +1,79 @@
+"""A bug planted in a matmul tile is named at the matmul node of the transformer graph (issue 28).
+
+The conformance mutant "GEMM drops the edge rows" (conformance/mutants_opt.py) makes the matmul
+kernels skip the last M % MR rows of each batch: with 37 tokens (a prime: no register tile divides
+it, and more than gemm.MIN_ROWS, so the GEMM path is taken) the last token's row of every linear
+layer is whatever the memory held. The first such kernel is the attention's query projection,
+after the embedding's layer norm, where the tolerance through the whole graph is unspecified:
+compare must check that kernel on its own inputs (fast/debug/local.py) and name the SUM of the
+matmul, not the layer norm or anything later. The mutant suspends the disk store of kernels.
+(That compare raises no false alarm on the transformer without the bug: tests/fast/test_debug_models.py.)
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fast
+import fast.debug
+import fast.xp
+from conformance import mutants_opt
+from fast.codegen import gemm
+
+SPEC = importlib.util.spec_from_file_location("transformer_example_matmul",
+                                              Path(__file__).parents[2] / "examples" / "transformer.py")
+assert SPEC is not None and SPEC.loader is not None
+example = importlib.util.module_from_spec(SPEC)
+sys.modules[SPEC.name] = example  # dataclasses look their module up while the class is built
+SPEC.loader.exec_module(example)
+
+CONFIG = example.Config(hidden=32, heads=4, layers=1)
+TOKENS = 37
+assert TOKENS > gemm.MIN_ROWS
+
+
+def _embedding(weights: dict[str, np.ndarray]) -> Any:
+    ids = np.random.default_rng(4).integers(0, 50, (1, TOKENS)).astype(np.int32)
+    mask = np.ones((1, TOKENS), np.int32)
+    mask[0, TOKENS - 4:] = 0  # padding
+    with fast.debug.trace():
+        w = {name: fast.xp.asarray(value, device="CLANG") for name, value in weights.items()}
+        return example.encode(w, fast.xp.asarray(ids, device="CLANG"), fast.xp.asarray(mask, device="CLANG"),
+                              CONFIG)
+
+
+@pytest.fixture(scope="module")
+def weights() -> dict[str, np.ndarray]:
+    return example.random_weights(CONFIG, vocab=50, positions=TOKENS, seed=3)
+
+
+def test_a_gemm_tile_bug_is_named_at_the_matmul(weights: dict[str, np.ndarray]) -> None:
+    undo = mutants_opt.gemm_row_edge_dropped(fast)
+    try:
+        out = _embedding(weights)
+        wrong = np.asarray(out)
+        report = fast.debug.compare(out)
+    finally:
+        undo()
+    assert not np.allclose(wrong, example.encode(weights, *_inputs(), CONFIG), atol=1e-4)  # the bug shows
+    first = report.first
+    assert first is not None, str(report)
+    assert first.op == "SUM" and first.code.endswith(".r(ReduceOps.SUM, (3,))"), str(report)
+    assert first.shape == (1, TOKENS, CONFIG.hidden, 1) and not first.unfused and first.fused
+    assert first.bad is not None and set(np.argwhere(first.bad)[:, 1]) == {TOKENS - 1}  # the dropped row
+    assert first.kernel is not None and first.kernel.kind == "kernel" and not first.kernel_reads
+    mul = report.nodes[first.index - 1]
+    assert ".e(BinaryOps.MUL" in mul, mul  # the product the matmul sums
+    assert "kernel's inputs" in first.reason
+
+
+def _inputs() -> tuple[np.ndarray, np.ndarray]:
+    ids = np.random.default_rng(4).integers(0, 50, (1, TOKENS)).astype(np.int32)
+    mask = np.ones((1, TOKENS), np.int32)
+    mask[0, TOKENS - 4:] = 0
+    return ids, mask
