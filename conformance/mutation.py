@@ -186,7 +186,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", metavar="NAME", help="hunt only the bug whose name contains NAME")
     parser.add_argument("--examples", type=int, help="programs per hunt (default: 200 focused; the ci "
                         "profile's 2000 random)")
-    parser.add_argument("--time-limit", type=float, help="seconds per hunt (default: 25 focused, 120 random)")
+    parser.add_argument("--time-limit", type=float, help="seconds per hunt (default: 25 focused, 300 random)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     hunts = []
     for mutant in chosen:
         examples = args.examples or (200 if mutant.focus else PROFILES["ci"].examples)
-        limit = args.time_limit or (25.0 if mutant.focus else 120.0)
+        limit = args.time_limit or (25.0 if mutant.focus else 300.0)
         hunts.append(hunt(mutant, fast, reference, max_examples=examples, time_limit=limit, seed=args.seed))
         print(f"{'caught' if hunts[-1].killed else 'MISSED'}: {mutant.name} ({hunts[-1].examples} programs, "
               f"{hunts[-1].seconds:.1f}s)", file=sys.stderr, flush=True)
