@@ -41,6 +41,9 @@ _LOCK = threading.Lock()
 _RECORDS: weakref.WeakKeyDictionary[Any, Record] = weakref.WeakKeyDictionary()
 _SAVED: list[tuple[Any, str, Any]] = []  # (owner, attribute, original) while tracing
 _ACTIVE = [0]  # nesting depth of trace()
+# called with the arguments of each outermost `fast.realize` / `fast.to_numpy` while tracing, before
+# it runs (`python -m fast.debug --realize`); a hook may raise to stop the program there
+READ_HOOKS: list[Callable[[tuple[Any, ...]], None]] = []
 
 
 class Unrecorded:
@@ -113,6 +116,9 @@ def _wrapper(function: Callable[..., Any], target: str, method: str) -> Callable
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _depth() or not _ACTIVE[0]:
             return function(*args, **kwargs)
+        if method in ("realize", "to_numpy"):
+            for hook in READ_HOOKS:  # before the call runs: its buffers are as the user built them
+                hook(args)
         with paused():
             result = function(*args, **kwargs)
         if method in ("realize", "to_numpy"):

@@ -91,7 +91,9 @@ def test_the_cli_refuses_a_device_this_machine_cannot_run(tmp_path: Path, capsys
 
 
 def test_the_cli_says_why_only_the_dot_file_was_written(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)  # as on a machine without Graphviz
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None if name == "dot" else
+                        which(name, *args, **kwargs))  # as on a machine without Graphviz
     assert main([_write(tmp_path, "ok.py", SCRIPT), "--graph", str(tmp_path / "g.svg")]) == 0
     out = capsys.readouterr().out
     assert (tmp_path / "g.dot").exists() and not (tmp_path / "g.svg").exists()
@@ -107,3 +109,34 @@ def test_help_runs_nothing_and_unknown_arguments_are_refused(tmp_path: Path) -> 
     with pytest.raises(SystemExit) as refused:
         main([script, "--bogus"])
     assert refused.value.code == 2 and not marker.exists()
+
+
+def test_realize_checks_the_first_read_of_computed_values_and_stops_there(tmp_path: Path, capsys: Any) -> None:
+    script = _write(tmp_path, "reads.py", '''import numpy as np
+import fast
+import fast.xp as xp
+w = fast.from_numpy(np.arange(4, dtype=np.float32), "CLANG")
+print("weights", fast.to_numpy(w))  # a read of loaded values: not counted
+y = xp.asarray(w) * 3 - 1
+print("y", np.asarray(y))  # the first read of computed values: checked here
+raise SystemExit("not reached")
+''')
+    assert main([script, "--realize"]) == 0
+    out = capsys.readouterr().out
+    assert "weights" in out and "compare: " in out and "every node agrees" in out and "y [" not in out
+    assert main([script, "--realize", "2"]) == 2
+    assert "exited (sys.exit('not reached')) before giving what to check" in capsys.readouterr().err
+    quiet = _write(tmp_path, "quiet.py",
+                   "import numpy as np\nimport fast\nfast.to_numpy(fast.from_numpy(np.ones(2), 'CLANG'))\n")
+    assert main([quiet, "--realize"]) == 2
+    assert "ended before its read number 1 of computed values" in capsys.readouterr().err
+
+
+def test_arguments_after_a_double_dash_go_to_the_script(tmp_path: Path, capsys: Any) -> None:
+    script = _write(tmp_path, "args.py", '''import sys
+import numpy as np
+import fast.xp as xp
+xp.asarray(np.full(3, float(len(sys.argv)), dtype=np.float32), device="CLANG") + float(sys.argv[1])
+''')
+    assert main([script, "--", "2.5"]) == 0
+    assert "every node agrees" in capsys.readouterr().out

@@ -123,3 +123,15 @@ def test_a_tolerance_that_cannot_be_built_stays_unspecified_downstream() -> None
     fulls = [tolerances.full(record) for record in nodes.order]
     assert fulls[-2] is not None and np.isnan(fulls[-2]).all()  # the SQRT
     assert fulls[-1] is not None and np.isnan(fulls[-1]).all()  # its reshape
+
+
+def test_python_m_fast_debug_reports_on_the_transformer_examples_embedding(capsys: Any) -> None:
+    """`python -m fast.debug examples/transformer.py --realize`: the example's first read of computed
+    values is its embedding (its weights are read first, as loaded values), checked while its
+    temporary folder of weights exists."""
+    from fast.debug.__main__ import main
+    assert main([str(Path(__file__).parents[2] / "examples" / "transformer.py"), "--realize"]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("compare: "))
+    assert "traced)" in head and "every node agrees" in out, out
+    assert "numpy" not in out.split(head)[1]  # stopped at the check: the example printed no comparison
