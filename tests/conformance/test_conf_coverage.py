@@ -33,14 +33,17 @@ def test_ci_profile_covers_every_required_item() -> None:
         def collect(program: Program) -> None:
             counts.update(coverage.program_keys(program))
         collect()
-    assert coverage.missing(counts) == []
-    assert coverage.missing(fixed) == [], "the fixed programs alone must reach every item (deterministic)"
-    reached = len(coverage.REQUIRED) - len(coverage.missing(counts - fixed))
-    assert reached >= 0.9 * len(coverage.REQUIRED), "random generation alone should reach most items"
+    # the `opt:` items are what fast's kernels did when they ran (conformance/optpaths.py), counted from
+    # random programs in the workers: tests/conformance/test_conf_optpaths.py and --require-coverage
+    static = [key for key in coverage.REQUIRED if not key.startswith("opt:")]
+    assert coverage.missing(counts, optimizations=False) == []
+    assert coverage.missing(fixed, optimizations=False) == [], "the fixed programs alone must reach every item"
+    reached = len(static) - len(coverage.missing(counts - fixed, optimizations=False))
+    assert reached >= 0.9 * len(static), "random generation alone should reach most items"
     table = coverage.table(counts)
-    for key in coverage.REQUIRED:
+    for key in static:
         assert f"{key.split(':', 1)[1]}=" in table
-    assert "!" not in table.split("(name=count")[0]
+    assert "!" not in table.split("     opt:")[0]
 
 
 def test_table_flags_what_was_missed() -> None:
