@@ -97,6 +97,9 @@ class ToleranceBuilder:
             return self.add(self.e("ADD", rel, self.num(rel, EPS[dtype])), tols[0])
         if op in ("NEG",):
             return tols[0]
+        if op == "SQRT":  # |sqrt(x') - sqrt(x)| <= sqrt(|x' - x|) for x, x' >= 0, plus the rounding
+            spread = self.e("SQRT", self.or_zero(tols[0], values[0]))
+            return self.guard(self.add(spread, self.ulp(out, dtype)), out, dtype)
         if op == "MAX":
             return self.e("MAX", *(self.or_zero(t, v) for t, v in zip(tols, values, strict=True)))
         if op == "MULACC":

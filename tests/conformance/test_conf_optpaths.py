@@ -289,3 +289,15 @@ def test_captured_mode_catches_a_replay_with_stale_results() -> None:
     stale.jit = _StaleJit  # type: ignore[attr-defined]
     found, _ = check_captured(Program(tuple(_matmul(8, 16, 8))), reference, stale)
     assert found and found[0].signature.startswith("captured:") and "captured call 2" in found[0].detail
+
+
+def test_sqrt_of_an_approximate_value_has_a_tolerance() -> None:
+    """A layernorm's sqrt(sum(...)) is compared within a tolerance, not skipped."""
+    from conformance.driver import replay
+    program = Program((_seeded("float32", (4, 9), 9), Reduce(0, "SUM", (1,)), Elementwise("MUL", (1, 1)),
+                       Elementwise("SQRT", (2,)), Fetch(3)))
+    outcome = replay(reference, program, tolerances=True)
+    tolerance = outcome.fetched[0].tolerance
+    assert outcome.tolerance_failures == 0 and tolerance is not None
+    assert (tolerance > 0).all() and (tolerance < 1e-2).all()
+    assert not check(program, reference, fast).mismatches
