@@ -299,5 +299,5 @@ def test_sqrt_of_an_approximate_value_has_a_tolerance() -> None:
     outcome = replay(reference, program, tolerances=True)
     tolerance = outcome.fetched[0].tolerance
     assert outcome.tolerance_failures == 0 and tolerance is not None
-    assert (tolerance > 0).all() and (tolerance < 1e-2).all()
+    assert (tolerance > 0).all() and (tolerance < 0.05).all()  # sqrt of the sum's tolerance: loose, finite
     assert not check(program, reference, fast).mismatches
