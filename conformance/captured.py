@@ -9,8 +9,9 @@ Capturable programs: no expected error, no variables, no ring setting, only step
 function may hold (`CAPTURABLE`: no assign, copy, shard, CUSTOM, EMPTY or explicit realize) and no
 DISK leaf. Inside the traced function a Leaf step takes the next argument and a Fetch collects the
 value, which the function returns (reading a value inside a trace is refused by design).
-New leaves (`renewed`) are seeded random data; the index leaves of gathers are kept (new indices
-could fall out of range, an error the first call did not have).
+New leaves (`renewed`) are drawn like the old ones (another seed, or the explicit values shuffled);
+the index leaves of gathers are kept (new indices could fall out of range, an error the first call
+did not have).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from types import ModuleType
 from typing import Any
+
+import numpy as np
 
 from conformance.analysis import analyze
 from conformance.compare import Mismatch, compare
@@ -67,12 +70,22 @@ def reproduction(program: Program) -> str:
 
 
 def renewed(program: Program, seed: int) -> Program:
-    """`program` with every Leaf's data replaced by seeded random data (gather indices kept)."""
+    """`program` with new leaf data drawn like the old (gather indices kept): a seeded leaf gets
+    another seed, explicit values are shuffled. The new values are then of the kinds the strategy
+    chose for that leaf (edge values, zeros, small integers), which the program's checks and
+    tolerances were generated for."""
     indices = {step.indices for step in program.steps if isinstance(step, Gather)}
-    steps = tuple(replace(step, data=ArrayData(step.data.dtype, step.data.shape, seed=seed + index))
+    steps = tuple(replace(step, data=_new_data(step.data, seed + index))
                   if isinstance(step, Leaf) and index not in indices else step
                   for index, step in enumerate(program.steps))
     return replace(program, steps=steps)
+
+
+def _new_data(data: ArrayData, seed: int) -> ArrayData:
+    if data.seed is not None:
+        return ArrayData(data.dtype, data.shape, seed=seed)
+    order = np.random.default_rng(seed).permutation(len(data.values))
+    return ArrayData(data.dtype, data.shape, tuple(data.values[int(i)] for i in order))
 
 
 class _Traced(_Replay):
