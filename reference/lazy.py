@@ -105,12 +105,18 @@ class Storage:
         """Put ``value`` (as ``dtype``'s storage type) at byte ``offset``."""
         flat = np.ascontiguousarray(value, dtype=dtype.storage)
         raw = flat.reshape(-1).view(np.uint8)
+        # an array of its own (a result just computed) is kept as it is and made read-only: no copy
+        kept = self.data is None and flat is value and value.flags.owndata and value.flags.writeable
         if self.data is not None:
             data = self.data.copy()
+        elif kept:
+            data = raw
         else:  # a copy unless ascontiguousarray made one already (a broadcast, a cast, a strided view)
             data = raw if flat is not value and not np.may_share_memory(flat, value) else raw.copy()
         data[offset:offset + raw.size] = raw
         data.flags.writeable = False
+        if kept:
+            value.flags.writeable = False
         self.data = data
 
 

@@ -283,7 +283,7 @@ def _difference(ctx: Context, record: Record, found: Verdict, unfused: bool, fus
         want.shape if want else None, want.dtype if want else None, want.device if want else None,
         want.array if want else None, found.actual.array if found.actual else None, found.bad, found.tolerance,
         expected.error, found.error, found.reason, unfused, fused, inputs,
-        kernel, alone.kernels if alone else [], record.origin == "trace", reads)
+        kernel, ctx.alone.kernels(record) if alone is not None and unfused else [], record.origin == "trace", reads)
 
 
 def _notes(ctx: Context) -> list[str]:

@@ -81,6 +81,25 @@ def _fast_stored(obj: Any) -> np.ndarray | None:
     return obj.realized.as_numpy().reshape(shape)
 
 
+def read_reusing(obj: Any, pool: dict[tuple[str, int], np.ndarray]) -> Value | None:
+    """A realized `fast` base buffer's value copied into an array of `pool` (one per dtype and size,
+    reused: a large value read for every node would otherwise be fresh memory each time): valid only
+    until the next read of that size. None where `read` must be used."""
+    if not isinstance(obj, LazyBuffer) or obj.base is not obj or obj.realized is None or \
+            obj.dtype.name == "bfloat16" or not mpi.is_mine(obj.device):
+        return None
+    shape = obj.shape
+    if not all(isinstance(size, int) for size in shape) or obj.realized.size != math.prod(shape):
+        return None
+    key = (obj.dtype.name, obj.realized.size)
+    if key not in pool:
+        pool[key] = np.empty(obj.realized.size, dtype=obj.realized.dtype.storage_np)
+    array = pool[key]
+    if array.nbytes:
+        obj.realized.copyout(array.view(np.uint8).data)
+    return Value(array.reshape(shape), obj.dtype.name, obj.device)
+
+
 def read(pkg: ModuleType, obj: Any) -> Value:
     """The value of a realized (or realizable) buffer of `pkg`; a multi buffer with its shards."""
     array = _stored(pkg, obj)
