@@ -295,9 +295,10 @@ def _pending_build(item: ScheduleItem) -> tuple[Any, str] | None:
 
 def _compile_ahead(items: Sequence[ScheduleItem]) -> None:
     """Compile (or find) every kernel of a parallel run on the caller's thread, in schedule order, so
-    compiles and their DEBUG>=3 / DUMP_IR output keep that order and no two threads drive a compiler
-    at once (llvmlite's LLVM context is not thread-safe). A kernel that fails to compile is left to
-    its item, which compiles it again and raises in schedule order."""
+    compiles and their DEBUG>=3 / DUMP_IR output keep that order and the lanes' threads, once
+    started, only run kernels (engine/prebuild.py builds the new ones beforehand, in parallel, each
+    LLVM compile in its own context). A kernel that fails to compile is left to its item, which
+    compiles it again and raises in schedule order."""
     prebuild(items, _pending_build, thread_count())
     for item in items:
         if item.ast.op is KernelOps.SINK:
