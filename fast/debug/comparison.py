@@ -27,6 +27,7 @@ import numpy as np
 from fast import config
 from fast.debug.actual import Fused, first_fused, is_input, kernel_ref, run_fused
 from fast.debug.alone import AloneRuns
+from fast.debug.floors import Floors
 from fast.debug.fromgraph import Nodes, collect
 from fast.debug.local import KernelGraph, gross
 from fast.debug.records import DeviceMap, Record
@@ -84,7 +85,11 @@ class Context:
     alone: AloneRuns
     fused: Fused
     skip_fused: set[Record] = field(default_factory=set)
+    floors: Floors = field(init=False)
     seconds: dict[str, float] = field(default_factory=dict)  # time per stage, in order
+
+    def __post_init__(self) -> None:
+        self.floors = Floors(self.tolerances)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -183,7 +188,8 @@ def _first(ctx: Context) -> Difference | None:
                     partial(ctx.tolerances.surely_within_alone, record))
         fused_outcome = _fused_outcome(ctx, record)
         fused = None if fused_outcome is None else \
-            verdict(ctx, expected, fused_outcome, partial(ctx.tolerances.full, record))
+            verdict(ctx, expected, fused_outcome, partial(ctx.tolerances.full, record),
+                    partial(ctx.floors.surely_within, record))
         if unfused is not None:
             return _difference(ctx, record, unfused, True, fused is not None if fused_outcome else None)
         if fused is not None:

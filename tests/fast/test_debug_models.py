@@ -146,3 +146,28 @@ def test_python_m_fast_debug_reports_on_the_transformer_examples_embedding(capsy
     head = next(line for line in out.splitlines() if line.startswith("compare: "))
     assert "traced)" in head and "every node agrees" in out, out
     assert "numpy" not in out.split(head)[1]  # stopped at the check: the example printed no comparison
+
+
+def test_the_cheap_lower_bounds_of_tolerances_stay_below_them(model: tuple[str, np.ndarray, np.ndarray]) -> None:
+    """fast/debug/floors.py accepts a value without building its tolerance when the difference is
+    within a lower bound: on the transformer's graph, every bound is <= the tolerance conformance's
+    rules build, wherever that tolerance is finite, and the bounds are not all zero."""
+    from fast.debug.comparison import ExpectedValues
+    from fast.debug.floors import SAFETY, Floors
+    from fast.debug.fromgraph import collect
+    from fast.debug.runs import run_reference
+    with fast.debug.trace():
+        out = _encode(*model)
+    nodes = collect([out.lazy])
+    expected = run_reference(nodes)
+    tolerances = Tolerances(nodes.order, nodes.inputs, ExpectedValues(expected))
+    floors = Floors(tolerances)
+    checked = 0
+    for record in nodes.order:
+        floor, full = floors.of(record), tolerances.full(record)
+        if floor is None or full is None:
+            continue
+        finite = np.isfinite(full)
+        assert np.all(SAFETY * floor[finite] <= full[finite]), record.render(lambda r: "v")
+        checked += int(np.any(floor[finite] > 0))
+    assert checked > 50
