@@ -46,9 +46,8 @@ CAPTURABLE = (Leaf, LoadConst, ConstLike, Elementwise, Reduce, Movement, Gather,
 
 
 def capturable(program: Program) -> bool:
-    """Whether `program` can run as a captured function (module docstring). A program fetching a
-    zero-size value is left out: fast's capture refuses such a result (TraceError "did not
-    realize": it holds no buffer), a limitation its docs do not list yet."""
+    """Whether `program` can run as a captured function (module docstring); zero-size results
+    included (a captured call gives a new zero-size value for each)."""
     steps = program.steps
     if not (program.expect is None and not program.variables and program.ring is None
             and all(type(step) in CAPTURABLE for step in steps)
@@ -56,8 +55,7 @@ def capturable(program: Program) -> bool:
             and any(isinstance(step, Leaf) for step in steps) and any(isinstance(step, Fetch) for step in steps)):
         return False
     infos = analyze(program)
-    return all((info := infos[step.item]) is not None and 0 not in info.shape
-               for step in steps if isinstance(step, Fetch))
+    return all(infos[step.item] is not None for step in steps if isinstance(step, Fetch))
 
 
 def reproduction(program: Program) -> str:

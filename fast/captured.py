@@ -90,7 +90,8 @@ class Captured:
                 result = self.fn(*args, **kwargs)
                 structure, outs = _unpack(self.name, result)
                 realize(*outs)
-                held = [out if out.base.realized is not None else out.contiguous() for out in outs]
+                held = [out if out.base.realized is not None or capture.is_empty(out) else out.contiguous()
+                        for out in outs]
                 if any(out is not held_out for out, held_out in zip(outs, held, strict=True)):
                     realize(*held)  # a constant result is realized by no item: replays return a copy of it
             plan = capture.build_plan(recorder, held)
@@ -217,13 +218,16 @@ def _pack(structure: Any, outs: list[LazyBuffer]) -> Any:
     return outs[0] if structure is None else structure(outs)
 
 
-def _wrap(buffer: Buffer, output: tuple[int, Any, Any, str, Any], bound: dict[Variable, int]) -> LazyBuffer:
+def _wrap(buffer: Buffer | None, output: tuple[int, Any, Any, str, Any], bound: dict[Variable, int]) -> LazyBuffer:
     """A realized LazyBuffer over `buffer` (a base of the recorded base shape), read through the
-    recorded view, with the call's values of the bound Variables."""
+    recorded view, with the call's values of the bound Variables; a new zero-size one when `buffer`
+    is None (a zero-size output has no memory)."""
     _, shape, dtype, device, st = output
     if bound:
         shape, st = tuple(_rebind(size, bound) for size in shape), _rebind_tracker(st, bound)
     base = LazyBuffer(device, tracker(shape), dtype, LoadOps.EMPTY)
+    if buffer is None:
+        return view_of(base, st)
     base._buffer = buffer
     buffer.ref(1)
     return view_of(base, st)

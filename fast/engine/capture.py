@@ -50,6 +50,13 @@ from fast.graph.node import LazyBuffer
 from fast.ops import KernelOps, LoadOps
 from fast.shape.symbolic import Variable
 
+EMPTY_OUTPUT = -1  # the table position of a zero-size output in `Plan.outputs` (it has no Buffer)
+
+
+def is_empty(lb: LazyBuffer) -> bool:
+    """Whether `lb` has no elements (a zero in its shape): it never realizes into a Buffer."""
+    return any(isinstance(size, int) and size == 0 for size in lb.shape)
+
 
 class TraceError(RuntimeError):
     """A captured function did something a capture cannot replay (see the module docstring)."""
@@ -209,19 +216,22 @@ class Plan:
         """Whether no fixed Buffer was assigned into since the trace."""
         return all(buffer.version == version for buffer, version in self.versions)
 
-    def run(self, inputs: Sequence[Buffer], bound: Mapping[Variable, int]) -> list[Buffer]:
+    def run(self, inputs: Sequence[Buffer], bound: Mapping[Variable, int]) -> list[Buffer | None]:
         """Replay on the inputs' Buffers (realized, laid out as at the trace) with the arguments'
-        bound Variables' values `bound`; the outputs' Buffers."""
+        bound Variables' values `bound`; the outputs' Buffers (None for a zero-size output)."""
         table = self.table.copy()
         for position, spec in self.dynamic:
             table[position] = self._make(spec, inputs, table)
         native = self.native
         if native is not None and native.usable and config.get().debug < 2 and native.run(table):
-            return [table[position] for position, *_ in self.outputs]  # type: ignore[misc]
+            return self._results(table)
         for step in self.steps:
             bufs = [table[position] for position in step.positions]
             _run_step(step, bufs, bound)  # type: ignore[arg-type]
-        return [table[position] for position, *_ in self.outputs]  # type: ignore[misc]
+        return self._results(table)
+
+    def _results(self, table: list[Buffer | None]) -> list[Buffer | None]:
+        return [None if position == EMPTY_OUTPUT else table[position] for position, *_ in self.outputs]
 
     def _make(self, spec: Dynamic, inputs: Sequence[Buffer], table: list[Buffer | None]) -> Buffer:
         kind = spec[0]
@@ -263,22 +273,22 @@ def _run_step(step: Step, bufs: list[Buffer], bound: Mapping[Variable, int]) -> 
 def build_plan(recorder: Recorder, outs: Sequence[LazyBuffer]) -> Plan:
     """The plan of a finished trace whose function returned `outs` (realized); see the module docstring."""
     items, inputs = recorder.items, recorder.inputs
-    stored = []
+    stored: list[Buffer | None] = []
     for lb in outs:
         buffer = lb.base.realized
-        if buffer is None:
+        if buffer is None and not is_empty(lb):
             raise TraceError(f"jit({recorder.name}): output {lb!r} did not realize")
-        stored.append(buffer)
+        stored.append(buffer)  # None: a zero-size output (no memory; each call makes a new one)
     written = {id(buffer.base) for item in items for buffer in item.outputs}
     in_roots: dict[int, int] = {}
     for k, buffer in enumerate(inputs):
         in_roots.setdefault(id(buffer.base), k)
     out_roots = {id(buffer.base): buffer.base for buffer in stored
-                 if id(buffer.base) in written and id(buffer.base) not in in_roots}
+                 if buffer is not None and id(buffer.base) in written and id(buffer.base) not in in_roots}
     layout = _Layout(inputs, in_roots, out_roots)
     steps = [_step(item, layout, recorder.bound) for item in _replayed(items, set(in_roots), out_roots, recorder.bound)]
-    outputs = [(layout.position(buffer), lb.base.shape, lb.dtype, lb.device, lb.st) for lb, buffer
-               in zip(outs, stored, strict=True)]
+    outputs = [(EMPTY_OUTPUT if buffer is None else layout.position(buffer), lb.base.shape, lb.dtype, lb.device,
+                lb.st) for lb, buffer in zip(outs, stored, strict=True)]
     versions = [(buffer, buffer.version) for buffer in layout.table if buffer is not None]
     return Plan(layout.table, layout.dynamic, steps, layout.roots, outputs, versions)
 

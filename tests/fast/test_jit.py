@@ -252,3 +252,17 @@ def test_bound_variables_replay_one_trace_for_every_length() -> None:
             assert same_bits(to_numpy(a), to_numpy(b))
         assert to_numpy(got[0]).shape == (n, 6)
     assert captured.traces == 1
+
+
+def test_zero_size_outputs_replay() -> None:
+    """A function returning a zero-size value (a shrink to nothing) beside a real one: every call
+    gives a new zero-size result of the right shape and dtype, and the other output's bits."""
+    def fn(x: fast.LazyBuffer) -> tuple[fast.LazyBuffer, fast.LazyBuffer]:
+        return x.shrink(((0, 0), (0, x.shape[1]))), x.e(BinaryOps.ADD, x)
+    captured = fast.jit(fn)
+    for _ in range(3):
+        data = f32(4, 3)
+        empty, doubled = captured(from_numpy(data, "CLANG"))
+        assert to_numpy(empty).shape == (0, 3) and to_numpy(empty).dtype == np.float32
+        assert same_bits(to_numpy(doubled), data + data)
+    assert captured.traces == 1
