@@ -193,6 +193,19 @@ def _view_value(replay: Replay, record: Record) -> Callable[[], Value | None]:
     return value
 
 
+def _defer_views(replay: Replay, ready: list[Record]) -> list[Record]:
+    """Defer the reading of the views among `ready` (records about to be realized together, in
+    program order) that `_deferrable` allows; the records deferred."""
+    settling: set[Record] = set()
+    deferred = []
+    for record in ready:  # program order: a view's input comes before it
+        if _deferrable(replay, record, settling):
+            replay.outcomes[record].defer(_view_value(replay, record))
+            deferred.append(record)
+        settling.add(record)
+    return deferred
+
+
 def run_reference(nodes: Nodes) -> dict[Record, Outcome]:
     """Every record built on `reference`, realized and read: before each of the user's realizes, every
     record built so far that runs no pending assign is realized and read (its value as the user's
@@ -204,13 +217,7 @@ def run_reference(nodes: Nodes) -> dict[Record, Outcome]:
     def settle(records: list[Record]) -> None:
         waits = waits_for_assign(replay, records)
         ready = [r for r in records if r not in done and r in waits and not waits[r]]
-        settling: set[Record] = set()
-        deferred = []
-        for record in ready:  # program order: a view's input comes before it
-            if _deferrable(replay, record, settling):
-                replay.outcomes[record].defer(_view_value(replay, record))
-                deferred.append(record)
-            settling.add(record)
+        deferred = _defer_views(replay, ready)
         done.update(deferred)
         ready = [r for r in ready if r not in done]
         if replay.realize(ready) is not None:  # e.g. one raises: realize one at a time
