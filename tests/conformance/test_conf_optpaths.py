@@ -256,7 +256,8 @@ def test_captured_mode_compares_both_calls_and_sees_the_replay() -> None:
     program = Program(tuple(_matmul(8, 16, 8)))
     assert capturable(program) and not capturable(_replace_expect(program))
     empty = Program((Leaf(ArrayData("bool", (0,), ()), "CLANG"), Elementwise("ADD", (0, 0)), Fetch(1)))
-    assert not capturable(empty)  # fast's capture refuses a zero-size result (a known limitation)
+    assert capturable(empty)  # a zero-size result replays as a new zero-size value each call
+    assert not check_captured(empty, reference, fast)[0]
     fresh = renewed(program, 7)
     assert [s.data.seed for s in fresh.steps if isinstance(s, Leaf)] == [7, 8]
     found, replayed = check_captured(program, reference, fast)
