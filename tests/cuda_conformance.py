@@ -27,16 +27,22 @@ def _emulation_on_path() -> None:
             sys.path.append(path)
 
 
-def worker_main(*args: Any, **kwargs: Any) -> None:
-    """`conformance.runner._worker_main`, after installing the emulated devices in this worker."""
+def install_emulated_devices() -> None:
+    """Put the emulated CUDA devices into this process's `fast` registry."""
     _emulation_on_path()
     import cuda_emulation
 
-    from conformance import runner
     from fast.device import Device
 
     for name in EMULATED:
         Device.opened[name] = cuda_emulation.emulated_device(name)
+
+
+def worker_main(*args: Any, **kwargs: Any) -> None:
+    """`conformance.runner._worker_main`, after installing the emulated devices in this worker."""
+    install_emulated_devices()
+    from conformance import runner
+
     # a spawned worker imported conformance afresh: its `_worker_main` is the original
     original = getattr(runner, "original_worker_main", runner._worker_main)
     original(*args, **kwargs)
@@ -48,6 +54,7 @@ def main(argv: list[str]) -> int:
 
     runner.original_worker_main = runner._worker_main  # type: ignore[attr-defined]
     runner._worker_main = worker_main  # workers are spawned: they import this module by name
+    install_emulated_devices()  # here too: the CLI checks every device runs before starting workers
     return conformance_main(argv)
 
 
