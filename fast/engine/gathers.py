@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fast.device import Buffer
+from fast.device import Buffer, Device
 from fast.dtype import DType
 from fast.shape.shapetracker import ShapeTracker
 from fast.shape.symbolic import all_int, sint
@@ -118,9 +118,12 @@ def first_bad_index(values: np.ndarray, size: int) -> int | None:
 
 def check_indices(checks: tuple[IndexCheck, ...]) -> None:
     """IndexError naming `take` and the first out-of-range index of any check; remembered per Buffer
-    and version (a realized buffer's contents change only through an assign, which bumps it)."""
+    and version (a realized buffer's contents change only through an assign, which bumps it). Indices
+    that another MPI rank owns are checked by that rank, which runs the gather (docs/mpi.md)."""
     for check in checks:
         buffer = check.buffer
+        if "@" in buffer.device and Device[buffer.device].remote:
+            continue
         key = (buffer.version, id(buffer.handle), check.count, check.size)
         with _LOCK:
             known = _CHECKED.get(buffer)
