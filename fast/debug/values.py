@@ -69,15 +69,20 @@ def _stored(pkg: ModuleType, obj: Any) -> np.ndarray:
     return np.asarray(pkg.to_numpy(obj))
 
 
+def _plain_base(obj: Any) -> bool:
+    """Whether `obj` is a realized `fast` base buffer of this rank whose Buffer holds exactly its
+    elements (int shape, not bfloat16): its bytes can be read directly."""
+    return isinstance(obj, LazyBuffer) and obj.base is obj and obj.realized is not None \
+        and obj.dtype.name != "bfloat16" and mpi.is_mine(obj.device) \
+        and all(isinstance(size, int) for size in obj.shape) and obj.realized.size == math.prod(obj.shape)
+
+
 def _fast_stored(obj: Any) -> np.ndarray | None:
     """The bytes of a realized `fast` base buffer of this rank, copied out once (`to_numpy` copies them
     twice: a large value read for every node adds up), or None where `to_numpy` must read it."""
-    if not isinstance(obj, LazyBuffer) or obj.base is not obj or obj.realized is None or \
-            obj.dtype.name == "bfloat16" or not mpi.is_mine(obj.device):
+    if not _plain_base(obj):
         return None
     shape = obj.shape
-    if not all(isinstance(size, int) for size in shape) or obj.realized.size != math.prod(shape):
-        return None
     return obj.realized.as_numpy().reshape(shape)
 
 
@@ -85,12 +90,9 @@ def read_reusing(obj: Any, pool: dict[tuple[str, int], np.ndarray]) -> Value | N
     """A realized `fast` base buffer's value copied into an array of `pool` (one per dtype and size,
     reused: a large value read for every node would otherwise be fresh memory each time): valid only
     until the next read of that size. None where `read` must be used."""
-    if not isinstance(obj, LazyBuffer) or obj.base is not obj or obj.realized is None or \
-            obj.dtype.name == "bfloat16" or not mpi.is_mine(obj.device):
+    if not _plain_base(obj):
         return None
     shape = obj.shape
-    if not all(isinstance(size, int) for size in shape) or obj.realized.size != math.prod(shape):
-        return None
     key = (obj.dtype.name, obj.realized.size)
     if key not in pool:
         pool[key] = np.empty(obj.realized.size, dtype=obj.realized.dtype.storage_np)

@@ -12,13 +12,11 @@ kernel on its own inputs, fast/debug/local.py). The mutant suspends the disk sto
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from example_modules import transformer
 
 import fast
 import fast.debug
@@ -26,12 +24,7 @@ import fast.xp
 from conformance import mutants_opt
 from fast.codegen import gemm
 
-SPEC = importlib.util.spec_from_file_location("transformer_example_matmul",
-                                              Path(__file__).parents[2] / "examples" / "transformer.py")
-assert SPEC is not None and SPEC.loader is not None
-example = importlib.util.module_from_spec(SPEC)
-sys.modules[SPEC.name] = example  # dataclasses look their module up while the class is built
-SPEC.loader.exec_module(example)
+example = transformer()
 
 CONFIG = example.Config(hidden=32, heads=4, layers=1)
 TOKENS = 37

@@ -4,25 +4,19 @@ of: several tensors of one file, buffers whose memory is reused after their last
 kernels, constants passed to kernels, schedules replayed, and tolerances that cannot be built."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from example_modules import transformer
 
 import fast
 import fast.xp
 from fast import BinaryOps, ReduceOps, UnaryOps
 from fast.debug.tolerances import Tolerances
 
-SPEC = importlib.util.spec_from_file_location("transformer_example_debug",
-                                              Path(__file__).parents[2] / "examples" / "transformer.py")
-assert SPEC is not None and SPEC.loader is not None
-example = importlib.util.module_from_spec(SPEC)
-sys.modules[SPEC.name] = example  # dataclasses look their module up while the class is built
-SPEC.loader.exec_module(example)
+example = transformer()
 
 CONFIG = example.Config(hidden=32, heads=4, layers=2)
 
