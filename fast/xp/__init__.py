@@ -10,16 +10,20 @@ Coverage, laziness, promotion and what raises: docs/api.md, section "fast.xp".
 """
 from __future__ import annotations
 
+import os as _os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import fast as _fast
+from fast.xp import _tape_hooks as _tape
 from fast.xp._jit import array_jit as _array_jit
 from fast.xp._namespace import API_VERSION, namespace_for
 
 __array_api_version__ = API_VERSION
 namespace_for(_fast, sys.modules[__name__])
+if _os.environ.get("FAST_XP_TAPE", "1") != "0":  # call replay of uncaptured code (fast/xp/_tape.py)
+    _tape.enable(sys.modules[__name__], _fast.jit)
 
 
 def jit(fn: Callable[..., Any]) -> Callable[..., Any]:

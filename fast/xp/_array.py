@@ -11,12 +11,13 @@ the old value), after checking the result keeps `x`'s dtype and shape as the sta
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 API_VERSIONS = ("2021.12", "2022.12", "2023.12")
+READ_HOOK: Callable[[Array], None] | None = None  # told of every read-back first (fast/xp/_tape.py sets it)
 
 
 class Sharding(NamedTuple):
@@ -99,6 +100,8 @@ class Array:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:
             raise ValueError("__array__: copy=False is impossible, the values live in the lazy buffer's memory")
+        if READ_HOOK is not None:
+            READ_HOOK(self)
         out = self._ns._backend.to_numpy(self._lb)
         return out if dtype is None else out.astype(dtype)
 

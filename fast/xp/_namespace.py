@@ -16,6 +16,8 @@ from types import ModuleType
 from fast.xp._array import Array, Sharding
 from fast.xp._backend import DTYPE_NAMES, Backend
 from fast.xp._shard import ShardMixin, guarded
+from fast.xp._tape import TAPED
+from fast.xp._tape_hooks import taped
 
 API_VERSION = "2023.12"
 
@@ -48,8 +50,9 @@ class Namespace(ShardMixin):
 
 
 for _name in (*FUNCTIONS, *LINALG, *EXTENSIONS):
-    setattr(Namespace, _name, guarded(_name, getattr(Namespace, _name)))
-setattr(Namespace, "_getitem", guarded("__getitem__", Namespace._getitem))  # noqa: B010
+    _method = guarded(_name, getattr(Namespace, _name))
+    setattr(Namespace, _name, taped(_name, _method) if _name in TAPED else _method)
+setattr(Namespace, "_getitem", taped("_getitem", guarded("__getitem__", Namespace._getitem)))  # noqa: B010
 setattr(Namespace, "_setitem", guarded("__setitem__", Namespace._setitem))  # noqa: B010
 
 
