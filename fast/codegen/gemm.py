@@ -22,6 +22,8 @@ Loops, outermost first (`emit`); `MR` rows x `NR = vectors * lanes` columns is t
             for ir over the MR-row blocks of the group:   micro-kernel: K steps of
                                                            MR broadcasts of A x NR columns of B (FMA)
               epilogue: the AST above the reduce, per row and vector of columns, then the STOREs
+                        (unrolled over the MR rows when small; else from a tile in scratch, in a
+                         loop over its rows: `epilogue_size`, `stores_columns_contiguously`)
 
 Edges are static code: the last block of rows of each batch has `M % MR` rows and the last
 micro-panel `N % NR` columns (vectors of `lanes`, `lanes/2`, `lanes/4`, then single columns), so
@@ -59,6 +61,12 @@ FEW_PANELS = 2
 #: 32: packing A cost as much as the products; measured 27 -> 45+ GFLOP/s per core without it).
 PACK_A_MIN_K = 64
 PACK_A_MIN_PANELS = 4
+
+#: Epilogues of at most this many AST nodes (a bias add, a scale) that store whole vectors are
+#: unrolled over the tile's rows; others run as a loop over the rows (`_Emitter.looped_epilogue`).
+UNROLLED_EPILOGUE_MAX = 2
+#: Rows of the tile per step of the looped epilogue (the largest divisor of the tile's rows up to this).
+EPILOGUE_ROWS_PER_STEP = 2
 
 Env = dict[int, Node]
 
@@ -176,3 +184,22 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     # the block's bound pass then reads rows the previous block's tile prefetched
     group = 1 if total_panels <= FEW_PANELS else max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
     return GemmTiles(rows, vectors, lanes, group * rows, panels)
+
+
+def epilogue_size(info: KernelInfo) -> int:
+    """The distinct AST nodes between the kernel's STOREs and its reduce (the work of the epilogue)."""
+    seen: set[int] = set()
+    pending = [store.src[0] for store in info.stores]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen or id(node) in info.reduce_ids:
+            continue
+        seen.add(id(node))
+        pending.extend(node.src)
+    return len(seen)
+
+
+def stores_columns_contiguously(info: KernelInfo, shape: GemmShape) -> bool:
+    """Whether every STORE walks the N axis with stride 1 (else each vector of columns is stored as
+    `lanes` scalars: a large epilogue in code even when its AST is small)."""
+    return all(store.arg.st.real_strides()[shape.column] == 1 for store in info.stores)

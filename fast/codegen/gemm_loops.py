@@ -19,14 +19,18 @@ from fast import config
 from fast.codegen.analyze import KernelInfo, node_dtype
 from fast.codegen.fma import FMA_BOUNDS
 from fast.codegen.gemm import (
+    EPILOGUE_ROWS_PER_STEP,
     PACK_A_MIN_K,
     PACK_A_MIN_PANELS,
+    UNROLLED_EPILOGUE_MAX,
     Env,
     GemmShape,
     GemmTiles,
     LoweringContext,
     choose_tiles,
+    epilogue_size,
     match,
+    stores_columns_contiguously,
 )
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
@@ -52,6 +56,8 @@ class _Emitter:
         self.packed_a = self.scratch(self.dtype, self.k * tiles.group_rows) if self.pack_a else None
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None
         self.rows_ok = self.scratch(dtypes.bool, tiles.group_rows // tiles.rows) if fused else None
+        looped = epilogue_size(ctx.info) > UNROLLED_EPILOGUE_MAX or not stores_columns_contiguously(ctx.info, shape)
+        self.tile = self.scratch(self.dtype, tiles.rows * tiles.columns) if looped else None
         self.group_start = -1  # IR value: the first block of rows of the current group (packed A's origin)
         self.column_block: Variable | None = None
         self.env: Env = {}  # the batch axes, set while emitting
@@ -93,7 +99,7 @@ class _Emitter:
             inner *= size
         return env
 
-    def rows_env(self, block: Variable, row: int, step: Node | None = None) -> Env:
+    def rows_env(self, block: Variable, row: int | Node, step: Node | None = None) -> Env:
         """The index of every axis but N for row `row` of `block` (at reduce step `step`)."""
         env = {**self.env, **self.split(self.shape.rows, block * self.tiles.rows + row)}
         return env if step is None else {**env, self.shape.reduce: step}
@@ -285,11 +291,39 @@ class _Emitter:
                 self.b.end_loop()
         else:
             self.products(panel, block, accs, columns, False)
-        for row in range(rows):
-            rows_env = self.rows_env(block, row)
-            for acc, (offset, width) in zip(accs[row], columns, strict=True):
-                column = panel * self.tiles.columns + offset
-                self.epilogue([{**rows_env, self.shape.column: column + lane} for lane in range(width)], acc)
+        if self.tile is None or rows == 1:
+            for row in range(rows):
+                self.row_epilogue(panel, self.rows_env(block, row), accs[row], columns)
+            return
+        self.looped_epilogue(panel, block, accs, columns)
+
+    def row_epilogue(self, panel: Variable, rows_env: Env, values: list[int],
+                     columns: list[tuple[int, int]]) -> None:
+        """The epilogue and STOREs of one row of the tile, `values` holding its accumulators."""
+        for value, (offset, width) in zip(values, columns, strict=True):
+            column = panel * self.tiles.columns + offset
+            self.epilogue([{**rows_env, self.shape.column: column + lane} for lane in range(width)], value)
+
+    def looped_epilogue(self, panel: Variable, block: Variable, accs: list[list[int]],
+                        columns: list[tuple[int, int]]) -> None:
+        """The accumulators go to the tile scratch (row r, column c at `r * NR + c`), then one loop
+        over the tile's rows runs the epilogue: one copy of its code instead of MR. An unrolled
+        epilogue of MR rows made GCC's induction-variable pass take seconds per kernel (quadratic
+        in the uses of a loop), and lowering and rendering it cost as much again in Python."""
+        assert self.tile is not None  # noqa: S101 - callers check
+        nr = self.tiles.columns
+        for row, row_accs in enumerate(accs):
+            for acc, (offset, _) in zip(row_accs, columns, strict=True):
+                self.b.store(self.tile.idx, self.const(row * nr + offset), acc)
+        per_step = max(d for d in range(1, EPILOGUE_ROWS_PER_STEP + 1) if len(accs) % d == 0)
+        steps = len(accs) // per_step
+        step = self.loop("er", self.const(0), self.const(steps), steps - 1)
+        for within in range(per_step):
+            tile_row: Node = step * per_step + within
+            values = [self.b.load(self.tile.idx, self.vector(width), self.render(tile_row * nr + offset))
+                      for offset, width in columns]
+            self.row_epilogue(panel, self.rows_env(block, tile_row), values, columns)
+        self.b.end_loop()
 
     def prefetch_spread(self, block: Variable, step: Variable) -> None:
         """Unpacked A: step k of the micro-kernel hints one cache line of the next block's rows,

@@ -187,3 +187,35 @@ def test_linear_on_few_tokens_prefetches_the_next_rows(device: str, tokens: int,
     if OPTIONS.prefetch and tokens >= 4:
         assert any(instr.op.name == "PREFETCH" for instr in program.instrs)  # type: ignore[attr-defined]
     _check(np.asarray(out), a, np.ascontiguousarray(w.T), bias)
+
+
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,k,n", [(5, 300, 37), (16, 384, 48), (65, 48, 39), (97, 33, 17), (1, 40, 40)])
+def test_large_epilogues_run_as_a_loop_over_the_tile_rows(device: str, rows: int, k: int, n: int) -> None:
+    """An epilogue of more than `UNROLLED_EPILOGUE_MAX` nodes (here tanh, a residual, a scale), or one
+    whose vectors of columns are stored as scalars (W the rows' operand: few tokens), runs from the
+    tile's scratch in a loop over its rows (`looped_epilogue`); a bias-only one on x's rows is
+    unrolled. Both agree on edge rows and columns."""
+    rng = np.random.default_rng(rows * 31 + k + n)
+    a, w, bias, residual = _random(rng, (rows, k)), _random(rng, (n, k)), _random(rng, (n,)), _random(rng, (rows, n))
+    x, wx, bx, rx = (xp.asarray(v, device=device) for v in (a, w, bias, residual))
+    exact, tolerance = _expected(a, w.T)
+    plain = x @ wx.mT + bx
+    large = xp.tanh(x @ wx.mT + bx) * 0.5 + rx
+    if rows >= 4:  # one row: a matvec (opt.py), no GEMM
+        counts, loops = [], []
+        for out in (plain, large):
+            info = analyze([item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"][-1].ast)
+            shape = gemm.match(info, OPTIONS)
+            assert shape is not None
+            loops.append(gemm.epilogue_size(info) > gemm.UNROLLED_EPILOGUE_MAX
+                         or not gemm.stores_columns_contiguously(info, shape))
+            scratch = _gemm_program(out).scratch  # type: ignore[attr-defined]
+            counts.append(sum(array.dtype == fast.dtypes.float32 for array in scratch))
+        assert loops[1], "tanh, a residual and a scale: a looped epilogue"
+        assert loops[0] == (rows < 32), "bias only: unrolled, unless W is the rows' operand (few tokens)"
+        assert counts[1] == counts[0] + (not loops[0]), "the looped epilogue keeps the tile in a scratch array"
+    np.testing.assert_array_less(np.abs(np.asarray(plain) - (exact + bias)), tolerance + 1e-6)
+    want = np.tanh(exact + bias) * 0.5 + residual
+    np.testing.assert_allclose(np.asarray(large), want, rtol=1e-5, atol=1e-5 + float(tolerance.max()))
