@@ -125,17 +125,23 @@ def read_back(array: Array) -> None:
 
 def read_planned(array: Deferred) -> None:
     """The read-back of a Deferred: through its episode's plan at a stored point whose index
-    checks pass (the plan built on first use: it traces), else by materializing its tape."""
+    checks pass (the plan built on first use: it traces), else by materializing its tape. A plan
+    that raises is dropped (the point is marked False) and the tape materializes: the eager path
+    then gives the values, or raises its own error."""
     tape = array.tape
     episode, point = tape.episode, (len(tape.keys), array.index)
-    if tape.done or episode is None or point not in episode.points or not _indices_ok(tape, episode):
+    if tape.done or episode is None or episode.points.get(point, False) is False or not _indices_ok(tape, episode):
         tape.materialize()
         return
     tape.stop()
-    plan = episode.points[point]
-    if plan is None:
-        plan = episode.points[point] = _plan(tape, array.index)
-    array._lb = plan(*tape.externals)
+    try:
+        plan = episode.points[point]
+        if plan is None:
+            plan = episode.points[point] = _plan(tape, array.index)
+        array._lb = plan(*tape.externals)
+    except Exception:  # noqa: BLE001  (the eager path decides what the program sees)
+        episode.points[point] = False
+        tape.materialize()
 
 
 def _indices_ok(tape: Tape, episode: Episode) -> bool:
