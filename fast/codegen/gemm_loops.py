@@ -246,23 +246,23 @@ class _Emitter:
             self.b.end_loop()
 
     def rows_bounded(self, block: Variable, rows: int) -> int:
-        """Whether every element of the block's rows of A is within the bound: vectors of `lanes`
-        along K, then the K % lanes last ones one by one."""
-        lanes = self.tiles.lanes
-        ok = self.b.define_acc(True, dtypes.bool.vec(lanes))
+        """Whether every element of the block's rows of A is within the bound: a loop over the rows,
+        in each vectors of `lanes` along K, then the K % lanes last ones one by one. (A loop, not
+        MR unrolled copies: the same loads in a row-major order, a fraction of the code to lower.)"""
+        lanes, b = self.tiles.lanes, self.b
+        ok = b.define_acc(True, dtypes.bool.vec(lanes))
+        tail = b.define_acc(True, dtypes.bool)
+        row = self.loop("far", self.const(0), self.const(rows), rows - 1)
         if self.k >= lanes:
             step = self.loop("fak", self.const(0), self.const(self.k // lanes), self.k // lanes - 1)
-            for row in range(rows):
-                group = [self.rows_env(block, row, step * lanes + lane) for lane in range(lanes)]
-                within = self.bounded(self.ctx.load_leaf(self.shape.a, group))
-                self.b.assign(ok, self.b.alu(BinaryOps.MUL, (ok, within)))
-            self.b.end_loop()
-        result = self.all_lanes(ok)
-        for row in range(rows):
-            for step_in_tail in range(self.k - self.k % lanes, self.k):
-                value = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, NumNode(step_in_tail))])
-                result = self.b.alu(BinaryOps.MUL, (result, self.bounded(value)))
-        return result
+            group = [self.rows_env(block, row, step * lanes + lane) for lane in range(lanes)]
+            b.assign(ok, b.alu(BinaryOps.MUL, (ok, self.bounded(self.ctx.load_leaf(self.shape.a, group)))))
+            b.end_loop()
+        for step_in_tail in range(self.k - self.k % lanes, self.k):
+            value = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, NumNode(step_in_tail))])
+            b.assign(tail, b.alu(BinaryOps.MUL, (tail, self.bounded(value))))
+        b.end_loop()
+        return b.alu(BinaryOps.MUL, (self.all_lanes(ok), tail))
 
     def column_vectors(self, edge: bool) -> list[tuple[int, int]]:
         """(first column within the micro-panel, width) of each accumulator of a row: `vectors`
