@@ -90,32 +90,38 @@ class Fused:
         return None
 
 
-def _run_planned(fused: Fused, records: list[Record]) -> str | None:
-    """Plan, note membership, and realize the clones of `records`."""
+Planned = Callable[[list[ScheduleItem]], None]  # called with a schedule's items before they run
+
+
+def _run_planned(fused: Fused, records: list[Record], planned: Planned | None = None) -> str | None:
+    """Plan, note membership, and realize the clones of `records` (`planned` sees the items first)."""
     objects = fused.replay.objects(records)
     try:
         steps = plan_schedule(lazy_buffers(objects))
     except Exception as error:  # noqa: BLE001
         return describe(error)
     item_members(steps, len(fused.items), fused.member)
+    if planned is not None:
+        planned([step.item for step in steps])
     fused.items += [step.item for step in steps]
     return fused.replay.realize(records)
 
 
 def run_fused(nodes: Nodes, devices: DeviceMap, records: list[Record] | None = None,
               outputs: list[Record] | None = None, fresh: bool = False,
-              leaves: Mapping[Record, Value] | None = None) -> Fused:
+              leaves: Mapping[Record, Value] | None = None, planned: Planned | None = None) -> Fused:
     """Clone `records` (default: all), realize `outputs` (default: the requested ones) fused, reading
     right after each realize (before a later assign can overwrite them) what it realized: the
     records asked for (views included: one small copy kernel each) and every observable clone.
     `fresh`: no sharing with earlier clones (the lazy cache off). `leaves`: records made as copies
-    of the values given (local.py), not clones."""
+    of the values given (local.py), not clones. `planned`: called with each schedule's items before
+    they run."""
     replay = Replay(fast, nodes, lambda record, inputs: None, records)
     replay.make = _clone_maker(replay, devices, leaves)
     fused = Fused(replay)
 
     def run(group: list[Record]) -> None:
-        fused.error = _run_planned(fused, group) or fused.error
+        fused.error = _run_planned(fused, group, planned) or fused.error
         asked = set(group)
         for record, outcome in replay.outcomes.items():
             if outcome.obj is not None and outcome.value is None and outcome.error is None \

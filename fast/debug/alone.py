@@ -141,18 +141,26 @@ class AloneRuns:
             raise RuntimeError(f"no reference value for input {record.op}")
         return materialize(fast, value, self.devices)
 
-    def probe(self, record: Record) -> Alone | None:
-        """For a movement op over a probe-able input: reference's outcome marked `agrees` when the op
-        agreed on the probe of its signature (run once per signature); None: run it on its values."""
+    def probe_key(self, record: Record) -> tuple[Any, ...] | None:
+        """For a movement op over a probe-able input: its signature (op, arguments, input shape, dtype
+        and device); None for any other record."""
         if not is_movement(record) or record in self.constants or self.expected[record].error is not None:
             return None
         source = self.expected[self.nodes.inputs[record][0]].obj  # (its value may not be read yet)
         if source is None or hasattr(source, "lbs") or source.device.startswith("DISK:") \
                 or math.prod(source.shape) + 1 >= PROBE_DTYPES.get(source.dtype.name, 0):
             return None
-        key = (record.method, repr(record.args), repr(record.kwargs), tuple(source.shape), source.dtype.name,
-               source.device)
+        return (record.method, repr(record.args), repr(record.kwargs), tuple(source.shape), source.dtype.name,
+                source.device)
+
+    def probe(self, record: Record) -> Alone | None:
+        """For a movement op over a probe-able input: reference's outcome marked `agrees` when the op
+        agreed on the probe of its signature (run once per signature); None: run it on its values."""
+        key = self.probe_key(record)
+        if key is None:
+            return None
         if key not in self.probes:
+            source = self.expected[self.nodes.inputs[record][0]].obj
             self.probes[key] = probe_movement(record, source, self.devices)
         found = self.probes[key]
         return None if found is None else Alone(self.expected[record], found.kernels, agrees=True)

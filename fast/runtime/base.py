@@ -126,6 +126,12 @@ class Compiler(ABC):
         """Whether the library for `src` is in the disk cache (False with the cache disabled)."""
         return not config.get().disable_compile_cache and os.path.exists(self._cache_path(src))
 
+    def store(self, src: str, lib: bytes) -> None:
+        """Put `lib` in the disk cache as the library of `src` (nothing with the cache disabled): a
+        library built elsewhere that holds `src`'s kernel (runtime/clang_batch.py)."""
+        if not config.get().disable_compile_cache:
+            atomic_write(self._cache_path(src), lib)
+
     def compile_cached(self, src: str) -> bytes:
         """The library for `src`, compiled at most once per (identity, source) across processes."""
         if config.get().disable_compile_cache:
