@@ -15,9 +15,9 @@ kernels, workers)` compiles each file and stores its library for every source in
 (`Compiler.store`): a kernel then loads that library and finds its function by name, as with its own.
 The compiler, flags and function text are those of a lone build; nothing else differs.
 
-A file that does not compile (a helper of one kernel clashing with another's, say) is built again
-kernel by kernel with `compile_cached`; a kernel that does not compile alone is left to its item,
-which raises as before.
+A file that does not compile (a helper of one kernel clashing with another's, say), or whose library
+does not load (a symbol one kernel uses is missing), is built again kernel by kernel with
+`compile_cached`; a kernel that does not compile alone is left to its item, which raises as before.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fast.runtime.base import Compiler
+from fast.runtime.clang import load_library
 
 
 @dataclass(frozen=True)
@@ -45,19 +46,21 @@ class Batch:
 
 
 def split(kernel: Kernel) -> tuple[list[str], str]:
-    """(prelude chunks, kernel function) of a source; a chunk is a top-level line, or the lines of
-    a definition up to its closing brace."""
+    """(prelude chunks, kernel function) of a source; a chunk is a top-level line, the lines of a
+    definition up to its closing brace, or a preprocessor conditional up to its #endif."""
     head = f"void {kernel.name}("
     at = kernel.source.rfind("\n" + head)
     start = at + 1 if at >= 0 else (0 if kernel.source.startswith(head) else -1)
     if start < 0:
         raise ValueError(f"clang_batch: no kernel function {kernel.name!r} in its source")
-    chunks, current = [], ""
+    chunks, current, depth = [], "", 0
     for line in kernel.source[:start].splitlines(keepends=True):
         current += line
-        if current.count("{") == current.count("}"):
+        directive = line.lstrip().removeprefix("#").lstrip() if line.lstrip().startswith("#") else ""
+        depth += directive.startswith("if") - directive.startswith("endif")
+        if depth <= 0 and current.count("{") == current.count("}"):
             chunks.append(current)
-            current = ""
+            current, depth = "", 0
     if current:
         chunks.append(current)
     return chunks, kernel.source[start:]
@@ -99,6 +102,7 @@ def build_batch(compiler: Compiler, batch: Batch) -> None:
     if len(batch.kernels) > 1:
         try:
             library = compiler.compile(combine(batch.kernels))
+            load_library(library)  # an unresolved symbol of one kernel must not fail the others
         except (RuntimeError, OSError, ValueError):
             pass
         else:

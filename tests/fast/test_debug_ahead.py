@@ -17,7 +17,7 @@ import fast
 from fast import config
 from fast.debug import ahead, comparison
 from fast.runtime import clang_batch
-from fast.runtime.clang import ClangCompiler
+from fast.runtime.clang import ClangCompiler, load_library
 from tests.fast.test_debug import planted, program, render_mul
 
 
@@ -87,6 +87,20 @@ def test_same_names_go_to_different_files_and_a_file_holds_each_prelude_once() -
     assert text.count("#include <math.h>") == 1 and text.count("static inline float two") == 1
     assert text.index("static inline") < text.index("void E_4(") < text.index("void r_4(")
     assert len(clang_batch.batches(kernels, parts=3)) == 3
+    guarded = [clang_batch.Kernel(name, f"#if defined({macro})\n#include <math.h>\n#endif\nvoid {name}(void) {{\n}}\n")
+               for name, macro in (("a", "X"), ("b", "Y"))]
+    assert clang_batch.combine(guarded).count("#endif") == 2
+
+
+def test_a_kernel_whose_library_would_not_load_does_not_fail_the_others(empty_cache: Path) -> None:
+    compiler = ClangCompiler()
+    good = clang_batch.Kernel("good", "void good(float* restrict data0) {\n  data0[0] = 1.0f;\n}\n")
+    bad = clang_batch.Kernel("bad", "void no_such_function(void);\nvoid bad(void) {\n  no_such_function();\n}\n")
+    clang_batch.build(compiler, [good, bad], 1)
+    assert compiler.is_cached(good.source) and compiler.is_cached(bad.source)
+    assert compiler.compile_cached(good.source) != compiler.compile_cached(bad.source)
+    library = load_library(compiler.compile_cached(good.source))
+    assert hasattr(library, "good") and not hasattr(library, "bad")
 
 
 def test_libraries_built_together_run_their_own_kernels(empty_cache: Path, compiles: list[tuple[str, int]],
