@@ -9,8 +9,8 @@ Starting the compiler and reading its headers dominates the build of a small ker
 helpers: top-level chunks) followed by its kernel function `void NAME(...)`; the combined file holds
 each distinct prelude chunk once, in the order first seen, then every kernel function unchanged. A
 library exports one symbol per name, so `batches` puts kernels of the same name in different files
-(at least one file per worker, each kernel to the shortest file without its name, the kernels with
-the most #include lines first, so those with a costly header share few files). `build(compiler,
+(first fit, files of about the total length over the number of workers at most, the kernels with the most
+#include lines first, so those with a costly header share few files). `build(compiler,
 kernels, workers)` compiles each file and stores its library for every source in it
 (`Compiler.store`): a kernel then loads that library and finds its function by name, as with its own.
 The compiler, flags and function text are those of a lone build; nothing else differs.
@@ -79,18 +79,20 @@ def combine(kernels: Sequence[Kernel]) -> str:
 
 
 def batches(kernels: Sequence[Kernel], parts: int = 1) -> list[Batch]:
-    """`kernels` (distinct sources) in at least `parts` files (while there are kernels to fill them)
-    and no more than their names need: each goes, the kernels with the most #include lines first
-    and then the longest, to the shortest file so far without its name."""
+    """`kernels` (distinct sources) in files of distinct names, each about 1/`parts` of the total
+    length at most (one kernel may exceed it): the kernels with the most #include lines first (so those
+    with a costly header share few files), then the longest, each to the first file it fits."""
     found: list[Batch] = []
     sizes: list[int] = []
+    lengths = [len(kernel.source) for kernel in kernels] or [0]
+    cap = sum(lengths) / max(parts, 1) + max(lengths) / 2
     for kernel in sorted(kernels, key=lambda k: (-k.source.count("#include"), -len(k.source))):
-        free = [i for i, batch in enumerate(found) if kernel.name not in batch.names]
-        if not free or len(found) < parts:
+        index = next((i for i, batch in enumerate(found) if kernel.name not in batch.names
+                      and sizes[i] + len(kernel.source) <= cap), None)
+        if index is None:
             found.append(Batch())
             sizes.append(0)
-            free = [len(found) - 1]
-        index = min(free, key=sizes.__getitem__)
+            index = len(found) - 1
         found[index].kernels.append(kernel)
         found[index].names.add(kernel.name)
         sizes[index] += len(kernel.source)
