@@ -105,7 +105,7 @@ class CDialect:
 
 
 C_DIALECT = CDialect(prelude="#include <stdint.h>\n#include <string.h>\n#include <math.h>\n", kernel_head="void ",
-                     restrict="restrict", helper="static inline", vectors=True, store_fence="_mm_sfence();",
+                     restrict="restrict", helper="static inline", vectors=True, store_fence="vstream_fence();",
                      prefetch="__builtin_prefetch({pointer}, 0, 3);")
 
 

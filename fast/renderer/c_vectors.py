@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps
+from fast.renderer import c_x86
 
 SCALAR_CTYPES: dict[DType, str] = {
     dtypes.bool: "unsigned char", dtypes.int8: "int8_t", dtypes.uint8: "uint8_t", dtypes.int16: "int16_t",
@@ -146,10 +147,13 @@ class VectorC:
             return None
         vtype, memory, (itype, intrinsic) = self.ctype(dtype), self.memory_ctype(dtype), _STREAMS[size]
         ctype = SCALAR_CTYPES[dtype.scalar()]
-        self.need("immintrin", "#include <immintrin.h>\n")
+        self.need("x86", c_x86.PRELUDE)
+        aligned = c_x86.either(c_x86.stream_builtin(size, "p", "v"), f"{intrinsic}(({itype}*)p, ({itype})v);", "    ")
         self.need(f"vstream {vtype}", f"static inline void vstream_{vtype}({ctype}* p, {vtype} v) {{\n"
-                  f"  if (((uintptr_t)p & {size - 1}) == 0) {intrinsic}(({itype}*)p, ({itype})v);\n"
+                  f"  if (((uintptr_t)p & {size - 1}) == 0) {{{aligned}  }}\n"
                   f"  else *({memory}*)p = v;\n}}\n")
+        fence = c_x86.either("__builtin_ia32_sfence();", "_mm_sfence();")
+        self.need("vstream fence", f"static inline void vstream_fence(void) {{{fence}}}\n")  # the kernel's end
         return f"vstream_{vtype}({pointer}, {value});"
 
     def fma(self, dtype: DType, a: list[str], register_bytes: int) -> str:
@@ -160,8 +164,9 @@ class VectorC:
         size = itemsize * dtype.count
         if (itemsize, size) in _X86_FLOATS and size <= register_bytes:
             itype, intrinsic = _X86_FLOATS[(itemsize, size)]
-            self.need("immintrin", "#include <immintrin.h>\n")
-            body = f"return ({vtype}){intrinsic.format('fmadd')}(({itype})a, ({itype})b, ({itype})c);"
+            self.need("x86", c_x86.PRELUDE)
+            body = c_x86.either(f"return ({vtype}){c_x86.builtin('fmadd', itemsize, size, ['a', 'b', 'c'])};",
+                                f"return ({vtype}){intrinsic.format('fmadd')}(({itype})a, ({itype})b, ({itype})c);")
         else:
             scalar = "fma" if itemsize == 8 else "fmaf"
             body = f"return ({vtype}){{{', '.join(f'{scalar}(a[{i}], b[{i}], c[{i}])' for i in range(dtype.count))}}};"
@@ -179,9 +184,10 @@ class VectorC:
         body = f" {lanes} "  # no register of that size: libm only
         if (itemsize, size) in _X86_FLOATS:
             itype, intrinsic = _X86_FLOATS[(itemsize, size)]
-            self.need("immintrin x86", "#if defined(__x86_64__)\n#include <immintrin.h>\n#endif\n")
-            body = (f"\n#if defined(__x86_64__) && defined({_X86_SQRT_FEATURES[size]})\n"
-                    f"  return ({vtype}){intrinsic.format('sqrt')}(({itype})a);\n#else\n  {lanes}\n#endif\n")
+            self.need("x86", c_x86.PRELUDE)
+            x86 = c_x86.either(f"return ({vtype}){c_x86.builtin('sqrt', itemsize, size, ['a'])};",
+                               f"return ({vtype}){intrinsic.format('sqrt')}(({itype})a);")
+            body = f"\n#if defined(__x86_64__) && defined({_X86_SQRT_FEATURES[size]}){x86}#else\n  {lanes}\n#endif\n"
         self.need(f"vsqrt {vtype}", f"static inline {vtype} vsqrt_{vtype}({vtype} a) {{{body}}}\n")
         return f"vsqrt_{vtype}({a[0]})"
 
@@ -195,9 +201,10 @@ class VectorC:
                 or size > register_bytes:
             return None
         itype, intrinsic = _X86_FLOATS[(itemsize, size)]
-        self.need("immintrin", "#include <immintrin.h>\n")
+        self.need("x86", c_x86.PRELUDE)
         name = f"v{which}_select_{vtype}"
-        body = f"return ({vtype}){intrinsic.format(which)}(({itype})a, ({itype})b);"
+        body = c_x86.either(f"return ({vtype}){c_x86.builtin(which, itemsize, size, ['a', 'b'])};",
+                            f"return ({vtype}){intrinsic.format(which)}(({itype})a, ({itype})b);")
         self.need(name, f"static inline {vtype} {name}({vtype} a, {vtype} b) {{ {body} }}\n")
         return f"{name}({a[0]}, {a[1]})"
 
