@@ -24,6 +24,7 @@ was not built ahead (or failed to) is compiled then.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -115,6 +116,56 @@ class Builder:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+
+
+class Ahead:
+    """compare's builds (module docstring) and their time, added to `seconds` as the stages "ahead"
+    (lowering and planning here) and "waiting for builds": the user's schedule at once
+    (`start`), then before the fused schedule runs, its new kernels and every alone run's
+    (`before_fused`, which returns once the fused schedule's are built)."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.builder, self.seconds = Builder(), seconds
+        self.fused: list[Future[None]] = []
+        self.planned_alone = False
+
+    def _add(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - since
+        return now
+
+    def start(self, buffers: Sequence[Any]) -> None:
+        """Build the kernels of the user's own schedule of `buffers` (what the fused clone will run
+        when the user realized nothing of it): they compile while reference runs."""
+        start = time.perf_counter()
+        try:
+            self.fused = self.builder.submit(plan_schedule_items(buffers))
+        except Exception:  # noqa: BLE001 - the fused run meets it
+            self.fused = []
+        self._add("ahead", start)
+
+    def before_fused(self, alone: AloneRuns, items: list[ScheduleItem]) -> None:
+        start = time.perf_counter()
+        self.fused += self.builder.submit(items)
+        if not self.planned_alone:
+            self.planned_alone = True
+            self.builder.submit(alone_items(alone))
+        start = self._add("ahead", start)
+        self.builder.wait(self.fused)
+        self._add("waiting for builds", start)
+
+    def wait(self) -> None:
+        start = time.perf_counter()
+        self.builder.wait()
+        self._add("waiting for builds", start)
+
+    def close(self) -> None:
+        self.builder.close()
+
+
+def plan_schedule_items(buffers: Sequence[Any]) -> list[ScheduleItem]:
+    """The items `fast.realize(*buffers)` would run (nothing is run or changed)."""
+    return fast.schedule(*[getattr(buffer, "lazy", buffer) for buffer in buffers])
 
 
 class Placeholders:

@@ -26,7 +26,7 @@ import numpy as np
 
 from fast import config
 from fast.debug.actual import Fused, first_fused, is_input, kernel_ref, run_fused
-from fast.debug.ahead import Builder, alone_items
+from fast.debug.ahead import Ahead
 from fast.debug.alone import AloneRuns
 from fast.debug.floors import Floors
 from fast.debug.fromgraph import Nodes, collect
@@ -37,7 +37,6 @@ from fast.debug.runs import UNCOMPARED, Outcome, error_kind, run_reference
 from fast.debug.tolerances import Tolerances, bad
 from fast.debug.trace import paused
 from fast.debug.values import DiskMap, Value
-from fast.engine.schedule import ScheduleItem
 
 
 @dataclass
@@ -330,39 +329,27 @@ def _compare(buffers: Sequence[Any], rtol: float | None, atol: float | None, dev
     start = time.perf_counter()
     nodes = collect(buffers)
     seconds["collect"] = time.perf_counter() - start
-    expected = run_reference(nodes)
-    seconds["reference"] = time.perf_counter() - start - sum(seconds.values())
-    values = ExpectedValues(expected)
-    alone, builder = AloneRuns(nodes, expected, devices), Builder()
+    ahead = Ahead(seconds)
     try:
-        fused = run_fused(nodes, devices, planned=partial(_ahead, builder, alone, seconds))
+        ahead.start(buffers)
+        expected = run_reference(nodes)
+        seconds["reference"] = time.perf_counter() - start - sum(seconds.values())
+        alone = AloneRuns(nodes, expected, devices)
+        fused = run_fused(nodes, devices, planned=partial(ahead.before_fused, alone))
         seconds["fused"] = time.perf_counter() - start - sum(seconds.values())
-        ctx = Context(nodes, expected, Tolerances(nodes.order, nodes.inputs, values), devices, rtol, atol,
-                      alone, fused, _skip_fused(nodes), seconds)
-        with ctx.stage("compare"):  # tolerances and verdicts (the unfused runs and narrowing apart)
-            with ctx.stage("waiting for builds"):
-                builder.wait()
+        ctx = Context(nodes, expected, Tolerances(nodes.order, nodes.inputs, ExpectedValues(expected)), devices,
+                      rtol, atol, alone, fused, _skip_fused(nodes), seconds)
+        waited = seconds.get("waiting for builds", 0.0)
+        with ctx.stage("compare"):  # tolerances and verdicts (the unfused runs, narrowing and waiting apart)
+            ahead.wait()
             first = _first(ctx)
     finally:
-        builder.close()
-    seconds["compare"] -= sum(seconds.get(name, 0.0) for name in ("unfused", "narrowing", "waiting for builds"))
+        ahead.close()
+    seconds["compare"] -= seconds.get("unfused", 0.0) + seconds.get("narrowing", 0.0) + \
+        seconds.get("waiting for builds", 0.0) - waited
     schedule = [kernel_ref(item, position) for position, item in enumerate(ctx.fused.items)]
     return Report([ctx.code(r) for r in nodes.order], first, _notes(ctx) + [_timing(ctx)], schedule,
                   sum(r.origin == "trace" for r in nodes.order))
-
-
-def _ahead(builder: Builder, alone: AloneRuns, seconds: dict[str, float], items: list[ScheduleItem]) -> None:
-    """Before the fused schedule runs: its new kernels, then (first schedule only) those of every
-    alone run, lowered here and built in the background (ahead.py); returns once the fused
-    schedule's are built. Its time is the stage "ahead" (taken out of "fused")."""
-    start = time.perf_counter()
-    builds = builder.submit(items)
-    if "ahead" not in seconds:
-        builder.submit(alone_items(alone))
-    waited = time.perf_counter()
-    builder.wait(builds)
-    seconds["ahead"] = seconds.get("ahead", 0.0) + waited - start
-    seconds["waiting for builds"] = seconds.get("waiting for builds", 0.0) + time.perf_counter() - waited
 
 
 def _timing(ctx: Context) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 import fast
 from fast import config
-from fast.debug import ahead, comparison
+from fast.debug import ahead
 from fast.runtime import clang_batch
 from fast.runtime.clang import ClangCompiler, load_library
 from tests.fast.test_debug import planted, program, render_mul
@@ -71,7 +71,7 @@ def without_timing(report: Any) -> str:
 
 def without_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ahead.Builder, "submit", lambda self, items: [])
-    monkeypatch.setattr(comparison, "alone_items", lambda runs: [])
+    monkeypatch.setattr(ahead, "alone_items", lambda runs: [])
 
 
 def test_same_names_go_to_different_files_and_a_file_holds_each_prelude_once() -> None:
