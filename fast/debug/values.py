@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from fast.engine.fusion import is_identity_view
 from fast.graph.node import LazyBuffer
 from fast.runtime import mpi
 
@@ -78,12 +79,16 @@ def _plain_base(obj: Any) -> bool:
 
 
 def _fast_stored(obj: Any) -> np.ndarray | None:
-    """The bytes of a realized `fast` base buffer of this rank, copied out once (`to_numpy` copies them
-    twice: a large value read for every node adds up), or None where `to_numpy` must read it."""
-    if not _plain_base(obj):
+    """The bytes of a realized `fast` base buffer of this rank, or of a view reading all of one in
+    order (a reshape: what `to_numpy` reads it as), copied out once (`to_numpy` copies them twice: a
+    large value read for every node adds up), or None where `to_numpy` must read it."""
+    if _plain_base(obj):
+        return obj.realized.as_numpy().reshape(obj.shape)
+    if not isinstance(obj, LazyBuffer) or obj.base is obj or not _plain_base(obj.base) \
+            or not all(isinstance(size, int) for size in obj.shape) or not is_identity_view(obj, obj.base):
         return None
-    shape = obj.shape
-    return obj.realized.as_numpy().reshape(shape)
+    stored = obj.base.realized
+    return None if stored is None else stored.as_numpy().reshape(obj.shape)
 
 
 def read_reusing(obj: Any, pool: dict[tuple[str, int], np.ndarray]) -> Value | None:
