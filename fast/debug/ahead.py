@@ -7,7 +7,9 @@ process has not compiled (engine/realize.py `_pending_build`: what running the i
 so the program store then holds it for the run), and hands the sources to one background thread,
 which builds them: CLANG kernels together (runtime/clang_batch.py: a few C files, on up to
 `thread_count()` compiler processes at once), other compilers that may build on other threads
-(`Compiler.parallel_builds`) one by one. `wait()` returns once everything submitted is built.
+(`Compiler.parallel_builds`) one by one. A long kernel (`LARGE_LINES`: a GEMM's) gains nothing from
+sharing a file: it is handed to a pool of `thread_count()` threads as soon as it is lowered, so it
+compiles while the next ones are lowered. `wait()` returns once everything submitted is built.
 A structure seen again with other constants is also rendered with its constants as parameters (the
 kernel its second item runs, engine/realize.py `get_kernel`).
 
@@ -75,31 +77,51 @@ def _build(compiler: Compiler, group: list[clang_batch.Kernel]) -> None:
         clang_batch.build(compiler, group, thread_count())
         return
     for kernel in group:
-        try:
-            compiler.compile_cached(kernel.source)
-        except Exception:  # noqa: BLE001 - left to the item
-            continue
+        _compile(compiler, kernel.source)
+
+
+LARGE_LINES = 500  # a kernel this long compiles for longer than a compiler run costs to start: built alone, at once
+
+
+def _compile(compiler: Compiler, source: str) -> None:
+    try:
+        compiler.compile_cached(source)
+    except Exception:  # noqa: BLE001 - left to the item
+        pass
 
 
 class Builder:
-    """Builds submitted items' kernels on a background thread (module docstring)."""
+    """Builds submitted items' kernels on background threads (module docstring): a long kernel
+    (`LARGE_LINES`) as soon as it is lowered, on its own; the others together once `submit` has
+    lowered them all."""
 
     def __init__(self) -> None:
-        self.pool: ThreadPoolExecutor | None = None
+        self.pool: ThreadPoolExecutor | None = None  # one thread handing out the batches in turn
+        self.large: ThreadPoolExecutor | None = None
         self.pending: list[Future[None]] = []
         self.sources: set[str] = set()
+
+    def _large(self, compiler: Compiler, source: str) -> Future[None]:
+        if self.large is None:
+            self.large = ThreadPoolExecutor(max_workers=thread_count(), thread_name_prefix="fast-debug-large")
+        return self.large.submit(_compile, compiler, source)
 
     def submit(self, items: Sequence[ScheduleItem]) -> list[Future[None]]:
         """Lower the new kernels of `items` here and build them in the background: the builds, for
         `wait`."""
         groups: dict[int, tuple[Compiler, list[clang_batch.Kernel]]] = {}
+        builds = []
         for compiler, kernel in kernels(items):
-            if kernel.source not in self.sources and compiler.parallel_builds:
-                self.sources.add(kernel.source)
-                groups.setdefault(id(compiler), (compiler, []))[1].append(kernel)
+            if kernel.source in self.sources or not compiler.parallel_builds:
+                continue
+            self.sources.add(kernel.source)
+            if kernel.source.count("\n") >= LARGE_LINES:
+                if not compiler.is_cached(kernel.source):
+                    builds.append(self._large(compiler, kernel.source))
+                continue
+            groups.setdefault(id(compiler), (compiler, []))[1].append(kernel)
         if groups and self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fast-debug-build")
-        builds = []
         for compiler, group in groups.values():
             assert self.pool is not None
             builds.append(self.pool.submit(_build, compiler, group))
@@ -112,10 +134,11 @@ class Builder:
             future.exception()
 
     def close(self) -> None:
-        """Drop the builds not started, wait for the one running (it writes into the cache folder)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            self.pool = None
+        """Drop the builds not started, wait for those running (they write into the cache folder)."""
+        for pool in (self.pool, self.large):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = self.large = None
 
 
 class Ahead:
