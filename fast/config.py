@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -70,6 +70,7 @@ class Config:
     cuda_home: str = ""  # CUDA_HOME: the same, searched after CUDA_PATH
     mpi_timeout: float = 60.0  # MPI_TIMEOUT: seconds a blocking MPI transfer waits before raising (docs/mpi.md)
     cuda_arch: str = "sm_90"  # CUDA_ARCH: NVRTC target (sm_XY) when no CUDA driver says the GPU's own (runtime/cuda.py)
+    xp_tape: bool = True  # FAST_XP_TAPE=0: no call replay of uncaptured fast.xp code (fast/xp/_tape.py)
 
     def __hash__(self) -> int:
         """Cached: the configuration is part of every schedule-replay key (engine/replay.py)."""
@@ -112,10 +113,15 @@ class Config:
             cuda_home=env.get("CUDA_HOME", ""),
             cuda_arch=env.get("CUDA_ARCH", "") or Config.cuda_arch,
             mpi_timeout=_float(env, "MPI_TIMEOUT", 60.0),
+            xp_tape=bool(_int(env, "FAST_XP_TAPE", 1)),
         )
 
 
 CONFIG: Config = Config.from_env(os.environ)
+# Called with no argument just before `override` replaces the configuration, and again before it
+# restores it (fast.xp's call replay builds the graphs it deferred under the configuration they were
+# taped under: fast/xp/_tape.py).
+CHANGE_HOOKS: list[Callable[[], None]] = []
 
 
 def get() -> Config:
@@ -128,8 +134,13 @@ def override(**changes: object) -> Iterator[Config]:
     """Temporarily replace fields of the configuration (for tests and benchmarks)."""
     global CONFIG
     previous = CONFIG
-    CONFIG = replace(CONFIG, **changes)  # type: ignore[arg-type]
+    changed = replace(CONFIG, **changes)  # type: ignore[arg-type]
+    for hook in CHANGE_HOOKS:
+        hook()
+    CONFIG = changed
     try:
         yield CONFIG
     finally:
+        for hook in CHANGE_HOOKS:
+            hook()
         CONFIG = previous
