@@ -11,7 +11,8 @@ up, only the recorded kernels (and copies, CUSTOM host functions) run. The resul
 buffers over fresh output Buffers, bit-identical to what `fn` would return.
 
 What forces a new trace: another shape, dtype, device or view of an array argument, another
-non-array argument value, or an assign realized since the trace into a Buffer the plan reads as a
+non-array argument value, another configuration (`config.override`: the kernels were chosen and
+lowered under the trace's), or an assign realized since the trace into a Buffer the plan reads as a
 constant (a weight). Python values `fn` reads from elsewhere (globals, closures) are constants of
 the trace: changing them later is not seen (pass them as arguments). Errors: a call with another
 number of positional arguments or other keyword names than the first call (TypeError), an array
@@ -33,6 +34,7 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from fast import config
 from fast.device import Buffer
 from fast.engine import capture
 from fast.engine.realize import realize
@@ -201,6 +203,7 @@ def _signature(name: str, values: list[Any], arrays: dict[int, Buffer]) -> Hasha
         shared = first_of_root.setdefault(id(root), number)
         layout = (buffer.offset, root.size, shared) if buffer is not root or shared != number else None
         parts.append((value.st, value.dtype, value.device, buffer.size, layout))
+    parts.append(config.get())  # a trace's kernels were lowered under this configuration
     return tuple(parts)
 
 

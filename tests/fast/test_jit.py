@@ -80,6 +80,11 @@ def test_retrace_on_shape_dtype_view_and_python_argument() -> None:
     transposed = from_numpy(f32(3, 4), "CLANG").permute((1, 0))  # same shape, another view: a new trace
     assert same_bits(to_numpy(captured(transposed, 2.0)), to_numpy(scaled(transposed, 2.0)))
     assert captured.traces == 5
+    with fast.config.override(noopt=True):  # another configuration: its own trace, lowered under it
+        assert same_bits(to_numpy(captured(from_numpy(a, "CLANG"), 2.0)), to_numpy(scaled(from_numpy(a, "CLANG"), 2.0)))
+        assert captured.traces == 6
+    assert same_bits(to_numpy(captured(from_numpy(a, "CLANG"), 2.0)), to_numpy(scaled(from_numpy(a, "CLANG"), 2.0)))
+    assert captured.traces == 6  # back under the first configuration: its trace replays
 
 
 def test_same_argument_twice_and_returning_inputs_and_weights() -> None:
