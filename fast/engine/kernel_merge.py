@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from fast.device import Buffer
-from fast.engine.schedule import ScheduleItem, Step
+from fast.engine.schedule_types import ScheduleItem, Step
 from fast.ops import BufferOps, KernelOps, LazyOp, MemBuffer, ReduceOps
 
 MAX_OUTPUTS = 8

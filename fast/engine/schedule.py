@@ -1,5 +1,9 @@
 """Scheduling: a lazy graph -> an ordered list of frozen `ScheduleItem`s (SPEC §6).
 
+The items and steps are defined in fast/engine/schedule_types.py, a kernel's AST is built in
+fast/engine/kernel_builder.py, the steps are ordered in fast/engine/schedule_order.py; this module
+builds each realized base's steps and drives the rest (and re-exports those modules' names).
+
 `fusion.choose_realizes` decides which bases get a buffer; this module turns each of them into
 items: a kernel (`KERNEL_SINK` of one STORE) that inlines every unrealized base it reads and
 loads the rest, or a non-kernel item (`LOAD_COPY`, `CUSTOM`, `EMPTY`, `VIEW`).
@@ -20,232 +24,34 @@ Invariants:
 """
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from fast.device import Buffer
-from fast.engine import fusion, gathers
+from fast.engine import fusion
+from fast.engine.kernel_builder import GATHER, KernelBuilder, _bound_shape, _int, reads_output_in_place_only
+from fast.engine.kernel_merge import merge_kernels
+from fast.engine.schedule_order import order_steps
+from fast.engine.schedule_types import NOT_KERNELS, CustomCall, ScheduleItem, Step
 from fast.graph.node import LazyBuffer
 from fast.graph.versions import check_fresh
 from fast.ops import (
-    BUFFER_CONST,
     BUFFER_LOAD,
     BUFFER_STORE,
     KERNEL_SINK,
     LOAD_ASSIGN,
-    LOAD_CONST,
-    LOAD_CONTIGUOUS,
     LOAD_COPY,
     LOAD_CUSTOM,
     LOAD_EMPTY,
     LOAD_VIEW,
-    UNARY_BITCAST,
-    UNARY_CAST,
-    ConstBuffer,
-    GatherOps,
     LazyOp,
-    LoadOps,
     MemBuffer,
-    ReduceOps,
 )
 from fast.shape.shapetracker import ShapeTracker
-from fast.shape.symbolic import Node, Variable
 
-GATHER = GatherOps.GATHER
-NOT_KERNELS = frozenset({LOAD_COPY, LOAD_CUSTOM, LOAD_EMPTY, LOAD_VIEW})
-
-
-@dataclass(frozen=True)
-class CustomCall:
-    """The arg of a CUSTOM item: `fn(out, *inputs)` on host arrays of these shapes."""
-
-    fn: Callable[..., Any]
-    out_shape: tuple[int, ...]
-    in_shapes: tuple[tuple[int, ...], ...]
-
-
-@dataclass(frozen=True)
-class ScheduleItem:
-    """One step: `ast` (SINK of STOREs, or a LoadOps op), `bufs` (outputs, then inputs in
-    MemBuffer.idx order), `var_vals` (symbolic variable values), `assign`: the outputs are
-    assign targets, whose Buffer versions realize bumps once the item has run, and `index_checks`:
-    the indices of the gathers the kernel computes, checked before it runs (engine/gathers.py)."""
-
-    ast: LazyOp
-    bufs: tuple[Buffer, ...]
-    var_vals: Mapping[Variable, int] = field(default_factory=dict, hash=False)
-    assign: bool = False
-    index_checks: tuple[gathers.IndexCheck, ...] = ()  # run before the kernel (engine/gathers.py)
-
-    @property
-    def output_count(self) -> int:
-        return len(self.ast.src) if self.ast.op is KERNEL_SINK else 1
-
-    @property
-    def outputs(self) -> tuple[Buffer, ...]:
-        return self.bufs[:self.output_count]
-
-    @property
-    def inputs(self) -> tuple[Buffer, ...]:
-        return self.bufs[self.output_count:]
-
-
-# ---------------------------------------------------------------- kernel ASTs
-
-class KernelBuilder:
-    """Builds one kernel's AST. `boundary(base)` is the Buffer a base is loaded from, or None when
-    the base is inlined (computed inside this kernel)."""
-
-    def __init__(self, output: Buffer, boundary: Callable[[LazyBuffer], Buffer | None]) -> None:
-        self.output = output
-        self.boundary = boundary
-        self.inputs: list[Buffer] = []
-        self.read_bases: list[LazyBuffer] = []
-        self.var_vals: dict[Variable, int] = {}
-        self.memo: dict[tuple[int, ShapeTracker], LazyOp] = {}
-        self.index_checks: list[gathers.IndexCheck] = []
-
-    def kernel(self, value: LazyBuffer, iteration_shape: tuple[Any, ...], root: bool) -> LazyOp:
-        """SINK(STORE(value)) over `iteration_shape` (same size as value's shape). With `root`,
-        `value` is the base being realized and is computed here; otherwise it is read normally."""
-        st = ShapeTracker.from_shape(value.shape)
-        if iteration_shape != value.shape:
-            st = st.reshape(iteration_shape)
-        computed = self.compute(value, st) if root else self.value(value, st)
-        store = LazyOp(BUFFER_STORE, (computed,), MemBuffer(0, value.dtype, self._unbind(st)))
-        return LazyOp(KERNEL_SINK, (store,))
-
-    def value(self, lb: LazyBuffer, st: ShapeTracker) -> LazyOp:
-        """The op reading `lb` at the kernel position mapped by `st` (whose input shape is lb's).
-
-        Iterative (an explicit stack, children first, in source order), so graphs of any depth build
-        without recursion; loads are met in the same depth-first order as a recursive walk."""
-        root = self._place(lb, st)
-        stack: list[tuple[LazyBuffer, ShapeTracker, bool]] = [(*root, False)]
-        while stack:
-            base, view, expanded = stack.pop()
-            key = (id(base), view)
-            if key in self.memo:
-                continue
-            buffer = self.boundary(base)
-            if buffer is not None:
-                self.memo[key] = self.load(base, buffer, view)
-                continue
-            children = self._children(base, view)
-            if expanded:
-                self.memo[key] = self._make(base, view, [self.memo[(id(b), v)] for b, v in children])
-                continue
-            stack.append((base, view, True))
-            stack.extend((b, v, False) for b, v in reversed(children))
-        return self.memo[(id(root[0]), root[1])]
-
-    @staticmethod
-    def _place(lb: LazyBuffer, st: ShapeTracker) -> tuple[LazyBuffer, ShapeTracker]:
-        """(base, view of the base) for reading `lb` through `st`."""
-        return (lb.base, lb.st + st) if lb.base is not lb else (lb, st)
-
-    def load(self, base: LazyBuffer, buffer: Buffer, st: ShapeTracker) -> LazyOp:
-        self.read_bases.append(base)
-        if buffer is self.output:
-            index = 0
-        else:
-            if all(known is not buffer for known in self.inputs):
-                self.inputs.append(buffer)
-            index = 1 + next(i for i, known in enumerate(self.inputs) if known is buffer)
-        return LazyOp(BUFFER_LOAD, (), MemBuffer(index, base.dtype, self._unbind(st)))
-
-    def compute(self, base: LazyBuffer, st: ShapeTracker) -> LazyOp:
-        """The op computing `base` itself inside this kernel."""
-        return self._make(base, st, [self.value(b, v) for b, v in self._children(base, st)])
-
-    def _children(self, base: LazyBuffer, st: ShapeTracker) -> list[tuple[LazyBuffer, ShapeTracker]]:
-        """What computing `base` at `st` reads: (base, view) of each source, in order."""
-        op = base.op
-        if op is LOAD_CONST:
-            return []
-        if op in (LOAD_CONTIGUOUS, LOAD_ASSIGN):
-            return [self._place(base.srcs[0], st)]
-        if isinstance(op, ReduceOps):
-            source = base.srcs[0]
-            broadcast = st.shape == source.shape and fusion.is_broadcast_of(st, base.shape)
-            if not (st.contiguous and st.shape == base.shape) and not broadcast:
-                raise RuntimeError(f"scheduler: reduce {base!r} read through a non-identity view {st}")
-            return [self._place(source, ShapeTracker.from_shape(source.shape))]
-        if isinstance(op, LoadOps):
-            raise RuntimeError(f"scheduler: {op.name} {base!r} must be realized before a kernel reads it")
-        if op is GATHER:
-            x, idx = base.srcs
-            read = gathers.source_view(x.shape, idx.shape, base.arg, st)
-            return [self._place(x, read), self._place(idx, gathers.index_view(x.shape, idx.shape, base.arg, st))]
-        return [self._place(src, st) for src in base.srcs]
-
-    def _make(self, base: LazyBuffer, st: ShapeTracker, srcs: list[LazyOp]) -> LazyOp:
-        """The op of `base` at `st` from the ops of its sources (`_children` order)."""
-        op = base.op
-        if op is LOAD_CONST:
-            return LazyOp(BUFFER_CONST, (), ConstBuffer(base.arg, base.dtype, self._unbind(st)))
-        if op in (LOAD_CONTIGUOUS, LOAD_ASSIGN):
-            return srcs[0]
-        if isinstance(op, ReduceOps):
-            return LazyOp(op, (srcs[0],), base.arg)
-        if op is GATHER:
-            return self._gathered(base, srcs[0], srcs[1])
-        arg = base.arg if op in (UNARY_CAST, UNARY_BITCAST) else None  # canonical: equal graphs, equal ASTs
-        return LazyOp(op, tuple(srcs), arg)
-
-    def _gathered(self, base: LazyBuffer, source: LazyOp, index: LazyOp) -> LazyOp:
-        """The gathered LOAD of a GATHER base (engine/gathers.py), noting the check of its indices."""
-        x, idx = base.srcs
-        buffer = self.boundary(idx.base)
-        if source.op is not BUFFER_LOAD or source.src or index.op is not BUFFER_LOAD or buffer is None:
-            raise RuntimeError(f"scheduler: the sources of gather {base!r} must be realized before a kernel reads it")
-        bound = _bound_shape((x.shape[base.arg], idx.size))
-        check = gathers.IndexCheck(buffer, idx.dtype, bound[1], bound[0], base.arg)
-        if not any(known.buffer is buffer and (known.count, known.size) == (check.count, check.size)
-                   for known in self.index_checks):
-            self.index_checks.append(check)
-        return LazyOp(BUFFER_LOAD, (index,), source.arg)
-
-    def _unbind(self, st: ShapeTracker) -> ShapeTracker:
-        unbound, values = st.simplify().unbind()
-        self.var_vals.update(values)
-        return unbound
-
-
-def reads_output_in_place_only(ast: LazyOp, bufs: Sequence[Buffer]) -> bool:
-    """True when the kernel may write its output in place: every LOAD of the output (index 0)
-    uses the STORE's tracker, there is no reduce, and no input aliases the output's memory. Each
-    position then reads its own element before writing it."""
-    root = bufs[0].base
-    if any(buffer.base is root for buffer in bufs[1:]):
-        return False
-    store_st = ast.src[0].arg.st
-    nodes = ast.walk()
-    reads_output = [n for n in nodes if n.op is BUFFER_LOAD and n.arg.idx == 0]
-    if not reads_output:
-        return True
-    return all(n.arg.st == store_st for n in reads_output) and not any(isinstance(n.op, ReduceOps) for n in nodes)
-
-
-# ---------------------------------------------------------------- steps: items plus ordering facts
-
-@dataclass(eq=False)
-class Step:
-    """An item plus what ordering needs: the keys it writes and reads (lazy bases, or temporary
-    Buffers), the lazy bases it loads, and `owner`, the realized base whose steps it belongs to."""
-
-    item: ScheduleItem
-    writes: tuple[object, ...]
-    reads: tuple[object, ...]
-    read_bases: tuple[LazyBuffer, ...]
-    owner: LazyBuffer
-    also_owners: tuple[LazyBuffer, ...] = ()  # bases whose kernels were merged into this one
-
-    @property
-    def owners(self) -> tuple[LazyBuffer, ...]:
-        return (self.owner, *self.also_owners)
+__all__ = ["GATHER", "NOT_KERNELS", "CustomCall", "KernelBuilder", "ScheduleItem", "Step", "StepBuilder",
+           "check_stale_outputs", "check_stale_reads", "create_schedule", "lazy_buffers", "order_steps",
+           "plan_schedule", "reads_output_in_place_only", "schedule"]
 
 
 class StepBuilder:
@@ -340,83 +146,6 @@ class StepBuilder:
         return step
 
 
-def _int(size: Any) -> int:
-    """A concrete size: a symbolic one at its maximum (Buffers are allocated for the largest)."""
-    return int(size.max if isinstance(size, Node) else size)
-
-
-def _int_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
-    return tuple(_int(size) for size in shape)
-
-
-def _bound_shape(shape: tuple[Any, ...]) -> tuple[int, ...]:
-    """A shape at its bound Variables' values: the arrays a CUSTOM function gets (docs/api.md)."""
-    return tuple(int(size.evaluate({})) if isinstance(size, Node) else int(size) for size in shape)
-
-
-# ---------------------------------------------------------------- ordering
-
-def _dependencies(steps: Sequence[Step]) -> list[set[int]]:
-    """deps[i]: steps that must run before step i: producers of what it reads, and, for an
-    assign, every other step reading the old contents of the assigned memory."""
-    producer = {key: index for index, step in enumerate(steps) for key in step.writes}
-    deps = [{producer[key] for key in step.reads if key in producer and producer[key] != index}
-            for index, step in enumerate(steps)]
-    for index, step in enumerate(steps):
-        if not step.item.assign:
-            continue
-        root = step.item.outputs[0].base
-        for other, reader in enumerate(steps):
-            if other != index and any(base is not step.owner and base.buffer.base is root
-                                      for base in reader.read_bases):
-                deps[index].add(other)
-    return deps
-
-
-def order_steps(steps: Sequence[Step]) -> tuple[list[Step], list[tuple[LazyBuffer, LazyBuffer]]]:
-    """Steps in dependency order (ties by position), or, when the order is impossible, the
-    (owner, old base) pairs of readers that would have to run both before and after an assign."""
-    deps = _dependencies(steps)
-    users: list[list[int]] = [[] for _ in steps]
-    for index, needed in enumerate(deps):
-        for other in needed:
-            users[other].append(index)
-    waiting = [len(needed) for needed in deps]
-    ready = [index for index, count in enumerate(waiting) if count == 0]
-    heapq.heapify(ready)
-    order: list[Step] = []
-    while ready:
-        index = heapq.heappop(ready)
-        order.append(steps[index])
-        for user in users[index]:
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                heapq.heappush(ready, user)
-    if len(order) == len(steps):
-        return order, []
-    return [], _conflicts(steps, deps, {index for index, count in enumerate(waiting) if count})
-
-
-def _conflicts(steps: Sequence[Step], deps: list[set[int]], stuck: set[int]) -> list[tuple[LazyBuffer, LazyBuffer]]:
-    """Readers of an assign's old memory that also (transitively) need the assign's result."""
-    found: list[tuple[LazyBuffer, LazyBuffer]] = []
-    for index in stuck:
-        step = steps[index]
-        if not step.item.assign:
-            continue
-        root = step.item.outputs[0].base
-        for other in stuck:
-            for base in steps[other].read_bases:
-                if other != index and base is not step.owner and base.buffer.base is root \
-                        and (steps[other].owner, base) not in found:
-                    found.append((steps[other].owner, base))
-    if not found:
-        raise RuntimeError("scheduler: the schedule has a dependency cycle that no snapshot resolves")
-    return found
-
-
-# ---------------------------------------------------------------- public entry points
-
 def check_stale_reads(graph: fusion.Graph) -> None:
     """RuntimeError for an unrealized base built from memory that a realized assign has since
     overwritten: the value it was built from no longer exists."""
@@ -446,7 +175,6 @@ def plan_schedule(outs: Sequence[LazyBuffer]) -> list[Step]:
     for _ in range(len(graph.order) + 1):
         order, conflicts = order_steps([*snapshots, *(s for steps in per_owner.values() for s in steps)])
         if not conflicts:
-            from fast.engine.kernel_merge import merge_kernels  # it builds on this module's types
             return merge_kernels(order)
         for _, old in conflicts:
             if old not in builder.substitutions:
