@@ -2,7 +2,7 @@
 
 Both reductions run on a = |x| in every lane and one is selected with WHERE; the sign is put back
 at the end (sin is odd):
-- |x| < 2^20: Cody-Waite with pi/2 in parts of 33, 33, 33 and 53 bits (`transcendental._cody_waite`).
+- |x| < 2^20: Cody-Waite with pi/2 in parts of 33, 33, 33 and 53 bits (`float_ir._cody_waite`).
 - |x| >= 2^20: Payne-Hanek with exact products. The exponents 20..1023 are cut into blocks of
   `SPAN` = 73; a lane's block (a WHERE chain on `a < 2^B`) gives the scale 2^-B and the window
   2^B * 2/pi mod 2^54, truncated, as `CHUNKS` = 10 chunks D_j of 25 bits (selected as five 50-bit
@@ -17,15 +17,15 @@ at the end (sin is odd):
   errors kept in a low word): wherever the result is tiny the sums before it cancel exactly, so the
   error stays relative (about 2^-100). The fraction is multiplied by pi/2 with a Veltkamp split (the
   products with the 26-bit head of pi/2 are exact) into r_hi + r_lo.
-Then the float64 kernels of `transcendental._kernels` (minimax, |r| <= pi/4 * (1 + 2^-20)), and
+Then the float64 kernels of `float_ir._kernels` (minimax, |r| <= pi/4 * (1 + 2^-20)), and
 |x| < 2^-26 returns x (sin(x) rounds to x; keeps -0.0 and subnormals), inf and NaN give NaN.
 """
 from __future__ import annotations
 
 import math
 
-from fast.codegen import transcendental as tr
-from fast.codegen.transcendental import _V, F64, MAGIC52
+from fast.codegen import float_ir
+from fast.codegen.float_ir import _V, F64, MAGIC52
 
 # 2/pi = _TWO_OVER_PI_WIDE * 2^-1408 (truncated), computed with Machin's formula (checked by the tests)
 _TWO_OVER_PI_WIDE = int(
@@ -106,12 +106,12 @@ def _payne_hanek(a: _V) -> tuple[_V, _V, _V]:
             total = total + pieces[i] * chunks[i + d]  # exact: one grid, < 2^53 of it
         sums.append(total)
     s = (sums[0] - ((sums[0] * 0.25 + MAGIC52) - MAGIC52) * 4.0) + sums[1]  # exact, |s| < 14
-    nf, n = tr._rint(s)
-    hi, lo = tr._two_sum(s - nf, sums[2])
-    hi, err = tr._two_sum(hi, sums[3])
+    nf, n = float_ir._rint(s)
+    hi, lo = float_ir._two_sum(s - nf, sums[2])
+    hi, err = float_ir._two_sum(hi, sums[3])
     lo = (lo + err) + (sums[4] + sums[5])
     # (hi + lo) * pi/2: hi = hh + hl (Veltkamp), products with the 26-bit head of pi/2 exact
-    head, tail = tr._parts(tr._PI_OVER_2, 254, (26,))
+    head, tail = float_ir._parts(float_ir._PI_OVER_2, 254, (26,))
     c = hi * float(2**27 + 1)
     hh = c - (c - hi)
     p1, p2 = hh * head, (hi - hh) * head
@@ -124,11 +124,11 @@ def _payne_hanek(a: _V) -> tuple[_V, _V, _V]:
 def sin_f64(x: _V) -> _V:
     """sin(x) for float64 (see the module docstring)."""
     a = x.max(-x)
-    n_small, hi_small, lo_small = tr._cody_waite(a, (33, 33, 33))
+    n_small, hi_small, lo_small = float_ir._cody_waite(a, (33, 33, 33))
     n_big, hi_big, lo_big = _payne_hanek(a)
     small = a.lt(2.0**SMALL)
-    res = tr._kernels(small.where(n_small, n_big), small.where(hi_small, hi_big), small.where(lo_small, lo_big),
-                      tr._F64)
+    res = float_ir._kernels(small.where(n_small, n_big), small.where(hi_small, hi_big),
+                            small.where(lo_small, lo_big), float_ir._F64)
     res = x.lt(0.0).where(-res, res)
     res = a.lt(2.0**-26).where(x, res)  # sin(x) rounds to x; keeps -0.0 and subnormals exact
     return a.lt(math.inf).where(res, math.nan)
