@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from fast.engine.fusion import is_identity_view
+from fast.engine.readback import READ_OBSERVERS, _readable_on_host
+from fast.engine.realize import realize
 from fast.graph.node import LazyBuffer
 from fast.runtime import mpi
 
@@ -65,7 +67,8 @@ def _stored(pkg: ModuleType, obj: Any) -> np.ndarray:
         stored = obj.realized
         if stored is not None and not stored.flags.writeable:
             return np.asarray(stored)
-    if pkg.__name__ == "fast" and (stored := _fast_stored(obj)) is not None:
+    if pkg.__name__ == "fast" and ((stored := _fast_stored(obj)) is not None or
+                                   (stored := _fast_view_stored(obj)) is not None):
         return stored
     return np.asarray(pkg.to_numpy(obj))
 
@@ -89,6 +92,21 @@ def _fast_stored(obj: Any) -> np.ndarray | None:
         return None
     stored = obj.base.realized
     return None if stored is None else stored.as_numpy().reshape(obj.shape)
+
+
+def _fast_view_stored(obj: Any) -> np.ndarray | None:
+    """A `fast` view (or unrealized buffer) read as `to_numpy` reads it (realized, then through its
+    host-readable copy, engine/readback.py) but copied out once, not twice; None where `to_numpy`
+    must read it (shards, bfloat16, symbolic or zero sizes, another rank's buffer)."""
+    if not isinstance(obj, LazyBuffer) or obj.dtype.name == "bfloat16" or not mpi.is_mine(obj.device) \
+            or not all(isinstance(size, int) for size in obj.shape) or not math.prod(obj.shape):
+        return None
+    for observe in READ_OBSERVERS:
+        observe(obj)
+    realize(obj)
+    readable = _readable_on_host(obj)
+    realize(readable)
+    return _fast_stored(readable)
 
 
 def read_reusing(obj: Any, pool: dict[tuple[str, int], np.ndarray]) -> Value | None:
