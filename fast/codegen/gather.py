@@ -14,18 +14,14 @@ so on every launch that completes the clamp changes nothing.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fast.codegen.ir import INT64, IndexOps
+from fast.codegen.lower_lanes import Group, LaneLowering
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, LazyOp, TernaryOps, UnaryOps
 from fast.shape.symbolic import Node, NumNode, Variable, as_node
 
-if TYPE_CHECKING:
-    from fast.codegen.lower import Group, _Lowering
 
-
-def gathered_load(lowering: _Lowering, node: LazyOp, group: Group, index: int) -> int:
+def gathered_load(lowering: LaneLowering, node: LazyOp, group: Group, index: int) -> int:
     """The gathered LOAD `node` for the lanes of `group`, `index` being its source's value."""
     b, st, dtype, ix = lowering.builder, node.arg.st, node.arg.dtype, lowering.indexes
     n = as_node(st.shape[-1])
@@ -44,7 +40,7 @@ def gathered_load(lowering: _Lowering, node: LazyOp, group: Group, index: int) -
                         for place, valid in (places[:1] if kind == "uniform" else places)])
 
 
-def gather_position(lowering: _Lowering, value: int, n: Node) -> Node:
+def gather_position(lowering: LaneLowering, value: int, n: Node) -> Node:
     """A Variable in [0, n) standing for the int `value` as a position along an axis of size n (its
     instruction in `lowering.var_refs`): in int64, a negative value of a signed dtype plus n, then
     clamped into [0, n - 1] (0 when n is 0); an unsigned value of 2^63 and more becomes n - 1."""

@@ -1,4 +1,5 @@
 """Lowering: a kernel AST (SINK of STOREs) -> `LinearProgram`, following the plan from opt.py.
+The loops and the memory accesses of groups of lanes are codegen/lower_lanes.py's `LaneLowering`.
 
 Shape of the generated program:
 
@@ -33,11 +34,9 @@ from typing import Any
 from fast import config
 from fast.codegen import gemm_loops, transcendental
 from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype
-from fast.codegen.builder import IRBuilder
-from fast.codegen.const_args import const_name, define_params, leaf_value
+from fast.codegen.const_args import const_name, define_params
 from fast.codegen.fma import fuse_accumulations
 from fast.codegen.gather import gathered_load
-from fast.codegen.indexing import IndexRenderer
 from fast.codegen.ir import (
     INT64,
     BufferInfo,
@@ -47,7 +46,8 @@ from fast.codegen.ir import (
     eliminate_dead_code,
     verify,
 )
-from fast.codegen.opt import AxisPlan, KernelPlan, plan_kernel
+from fast.codegen.lower_lanes import THREAD_VARS, Env, Group, LaneLowering
+from fast.codegen.opt import AxisPlan, plan_kernel
 from fast.codegen.paths import gemm_paths, plan_paths
 from fast.codegen.prefetch import prefetched_loads
 from fast.codegen.streaming import streamed_buffers
@@ -61,132 +61,16 @@ from fast.ops import (
     UnaryOps,
 )
 from fast.renderer.base import RendererOptions
-from fast.shape.symbolic import (
-    Node,
-    NumNode,
-    Variable,
-    as_node,
-)
+from fast.shape.symbolic import NumNode, Variable
 
-Env = dict[int, Node]
-Group = list[Env]  # the lanes of one body copy: one env per vector lane (a single env when scalar)
-THREAD_VARS = ("core~", "cores~")
+__all__ = ["THREAD_VARS", "Env", "Group", "lower"]
 
 
-class _Lowering:
-    const_slots: dict[int, int] | None = None  # CONST leaf id -> parameter slot (lower's const_params)
+class _Lowering(LaneLowering):
+    """One kernel's lowering: the reduces, row kernels, chunks and STOREs over `LaneLowering`'s loops
+    and accesses."""
 
-    def __init__(self, info: KernelInfo, plan: KernelPlan, options: RendererOptions, parallel: bool) -> None:
-        self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
-        self.prefetch = options.prefetch and not config.get().noopt  # codegen/gemm_loops.py reads it
-        self.builder = IRBuilder(options.vector_ops, options.vector_casts)
-        self.var_refs: dict[Variable, int] = {}
-        self.indexes = IndexRenderer(self.builder, self.var_refs)
-        self.offsets: dict[int, Node] = {}  # axis -> start of the current chunk (plan.chunk) or tail
-        self.chunk_counter: Variable | None = None
-        self.counters: dict[int, tuple[Variable, Node]] = {}  # axis -> (its loop counter, the loop's count)
-        self.thread_vars: tuple[int, int] | None = None  # `core, cores` once defined: the kernel is threaded
-        self.split_pending = True  # the next GLOBAL loop opened is this nest's first: threads share it
-        self.split_counts: list[int] = []  # iterations of each loop threads share (codegen/paths.py)
-        names = {v.expr for v in info.variables}
-        if any(name.endswith("~") for name in names):
-            raise ValueError(f"lower: variable names ending in '~' are reserved, got {sorted(names)}")
-
-    # -- loops
-    def _loop_bounds(self, count: Node, kind: LoopKind, split: bool = True) -> tuple[int, int]:
-        """[start, end) of a loop over `count` iterations; the first GLOBAL loop of each loop nest of
-        a threaded kernel runs only its share `[count*core/cores, count*(core+1)/cores)`."""
-        b = self.builder
-        if kind is not LoopKind.GLOBAL or not self.split_pending or not self.parallel or not split:
-            return b.const(0, INT64), self.indexes.render_int(count)
-        self.split_pending = False
-        if self.thread_vars is None:
-            self.thread_vars = (b.define_var(THREAD_VARS[0]), b.define_var(THREAD_VARS[1]))
-        core, cores = self.thread_vars
-        if isinstance(count, NumNode):
-            self.split_counts.append(int(count.b))
-        total = self.indexes.render_int(count)
-        start = b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, core), cores)
-        after = b.index(IndexOps.ADD, core, b.const(1, INT64))
-        return start, b.index(IndexOps.NONNEG_DIV, b.index(IndexOps.MUL, total, after), cores)
-
-    def _open_loops(self, axes: tuple[AxisPlan, ...], kind: LoopKind, split: bool = True) -> list[Group]:
-        """Open the loops of `axes`; return the body copies, each a group of lanes (axis -> index).
-        `split=False`: none of them is shared out between threads."""
-        groups: list[Group] = [[{}]]
-        for axis in axes:
-            base: Node = self.offsets.get(axis.axis, NumNode(0))
-            if axis.has_loop:
-                count = as_node(axis.size) // axis.step
-                prefix = "gidx" if kind is LoopKind.GLOBAL else "ridx"
-                counter = Variable(f"{prefix}{axis.axis}~", 0, max(count.max - 1, 0))
-                self.var_refs[counter] = self.builder.loop(*self._loop_bounds(count, kind, split), kind)
-                self.counters[axis.axis] = (counter, count)
-                base = base + counter * axis.step
-            groups = [[{**env, axis.axis: base + copy * axis.vector + lane} for env in group
-                       for lane in range(axis.vector)] for group in groups for copy in range(axis.unroll)]
-        return groups
-
-    def _close_loops(self, axes: tuple[AxisPlan, ...]) -> None:
-        for axis in axes:
-            if axis.has_loop:
-                self.builder.end_loop()
-
-    # -- memory access of a group of lanes
-    def _idxs(self, env: Env) -> list[Node]:
-        return [env.get(axis, NumNode(0)) for axis in range(len(self.info.full_shape))]
-
-    def _access(self, st: Any, group: Group, dtype: DType) -> tuple[str, list[tuple[Node, Node]]]:
-        """How a group reads or writes a view: "uniform" (one element for every lane), "vector"
-        (consecutive elements, one validity) or "lanes"; with each lane's (index, valid)."""
-        return self._kind([st.expr_idxs(self._idxs(env)) for env in group], dtype)
-
-    def _kind(self, places: list[tuple[Node, Node]], dtype: DType) -> tuple[str, list[tuple[Node, Node]]]:
-        """`_access`'s answer for the lanes' (index, valid) places."""
-        first_index, first_valid = places[0]
-        if all(place == places[0] for place in places[1:]):
-            return "uniform", places
-        if dtype in self.options.vector_memory and all(
-                valid == first_valid and index == first_index + lane for lane, (index, valid) in enumerate(places)):
-            return "vector", places
-        return "lanes", places
-
-    def _load(self, node: LazyOp, group: Group, also: int | None = None) -> int:
-        """A LOAD or CONST leaf for a group of lanes; `also`: a bool value that must hold as well."""
-        b, dtype, ix = self.builder, node.arg.dtype, self.indexes
-        kind, places = self._access(node.arg.st, group, dtype)
-        if also is not None:
-            return b.vectorize([b.load(node.arg.idx, dtype, ix.render_int(index), ix.both(also, valid))
-                                for index, valid in (places[:1] if kind == "uniform" else places)]) \
-                if kind != "vector" else b.load(node.arg.idx, dtype.vec(len(group)), ix.render_int(places[0][0]),
-                                               ix.both(also, places[0][1]))
-        if node.op is BufferOps.CONST:
-            value, zero = leaf_value(b, node, self.const_slots), b.const(0, dtype)
-            lanes = places[:1] if kind == "uniform" else places
-            return b.vectorize([b.alu(TernaryOps.WHERE, (ix.render_bool(valid), value, zero)) for _, valid in lanes])
-        if kind == "vector":
-            return b.load(node.arg.idx, dtype.vec(len(group)), ix.render_int(places[0][0]), ix.valid_ref(places[0][1]))
-        lanes = places[:1] if kind == "uniform" else places
-        return b.vectorize([b.load(node.arg.idx, dtype, ix.render_int(index), ix.valid_ref(valid))
-                            for index, valid in lanes])
-
-    def _store(self, store: LazyOp, group: Group, value: int) -> None:
-        b, dtype, ix = self.builder, store.arg.dtype, self.indexes
-        kind, places = self._access(store.arg.st, group, dtype)
-        if kind == "vector":
-            vector = b.broadcast(value, len(group))
-            b.store(store.arg.idx, ix.render_int(places[0][0]), vector, ix.valid_ref(places[0][1]))
-            return
-        for lane, (index, valid) in enumerate(places[:1] if kind == "uniform" else places):
-            b.store(store.arg.idx, ix.render_int(index), b.gep(value, lane), ix.valid_ref(valid))
-
-    # -- what codegen/gemm.py uses (its LoweringContext)
-    def load_leaf(self, node: LazyOp, group: Group, also: int | None = None) -> int:
-        return self._load(node, group, also)
-
-    def store_value(self, store: LazyOp, group: Group, value: int) -> None:
-        self._store(store, group, value)
-
+    # -- what codegen/gemm.py uses (its LoweringContext), besides LaneLowering's accesses
     def lower_node(self, node: LazyOp, group: Group, reduce_values: dict[int, int], memo: dict[int, int]) -> int:
         return self._lower_node(node, group, reduce_values, memo)
 
@@ -350,11 +234,6 @@ class _Lowering:
         if node_dtype(source) != store.arg.dtype or any(view.mask is not None for view in store.arg.st.views):
             return None
         return store if any(node is source for node in _post_order(store.src[0])) else None
-
-    def define_variables(self) -> None:
-        """DEFINE_VAR of every shape variable: the kernel's first parameters after the buffers."""
-        for variable in self.info.variables:
-            self.var_refs[variable] = self.builder.define_var(variable.expr)
 
     def run(self) -> None:
         self.define_variables()
