@@ -15,7 +15,7 @@ max(main thread, total / N)), and where the wall time went, by stage (exclusive:
 nested in another counts only in the inner one; main thread only, so a parallel build counts as the
 wall time the caller waited in it):
 - `schedule`: `plan_schedule` (fusion, kernel ASTs);
-- `lower_render`: `realize.lowered` (lowering and rendering, or reading the program store);
+- `lower_render`: `kernel_cache.lowered` (lowering and rendering, or reading the program store);
 - `compile`: `Compiler.compile_cached` and `prebuild` (compiling, or reading the library cache);
 - `load`: making the runtime's program (loading the library, finding the function);
 - `run`: the rest of `run_schedule` (allocation, launches, kernels);
@@ -87,7 +87,8 @@ def _instrument(timers: StageTimers) -> None:
     realize: Any = importlib.import_module("fast.engine.realize")  # `fast.engine.realize` is also a function
 
     realize.plan_schedule = timers.wrap("schedule", realize.plan_schedule)
-    realize.lowered = timers.wrap("lower_render", realize.lowered)
+    kernel_cache: Any = importlib.import_module("fast.engine.kernel_cache")  # compile_item calls `lowered` there
+    kernel_cache.lowered = timers.wrap("lower_render", kernel_cache.lowered)
     realize.prebuild = timers.wrap("compile", realize.prebuild)
     realize.run_schedule = timers.wrap("run", realize.run_schedule)
     base.Compiler.compile_cached = timers.wrap("compile", base.Compiler.compile_cached)  # type: ignore[method-assign]

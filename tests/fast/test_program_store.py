@@ -4,7 +4,6 @@ options, the lowering settings and the code; unreadable files are misses; the in
 answers as the file would, per cache folder."""
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,12 @@ import pytest
 
 import fast
 from fast import config
-from fast.engine import program_store
+from fast.engine import kernel_cache, program_store
 from fast.engine.realize import AST_KERNELS, PROGRAMS
 from fast.renderer.base import cpu_options
 from fast.runtime.base import COMPILE_COUNTER
 
 DEVICES = ("CLANG", "LLVM")
-realize = importlib.import_module("fast.engine.realize")  # the package exports a function of that name
 
 
 @pytest.fixture()
@@ -43,12 +41,12 @@ def _graph(device: str, scale: float) -> Any:
 
 def _lowerings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    original = realize.lower
+    original = kernel_cache.lower
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return original(*args, **kwargs)
-    monkeypatch.setattr(realize, "lower", counting)
+    monkeypatch.setattr(kernel_cache, "lower", counting)
     return calls
 
 
@@ -98,7 +96,7 @@ def test_the_memo_answers_per_cache_folder_as_the_file_would(tmp_path: Path) -> 
     x = fast.from_numpy(np.ones((4, 4), np.float32), "CLANG")
     ast = fast.schedule(x.e(fast.BinaryOps.ADD, x.const(1.0)))[-1].ast
     key = program_store.program_key(ast, "CRenderer", cpu_options(32), ((False, 1), False))
-    program, source = realize.lower(ast, cpu_options(32)), "int kernel;"
+    program, source = kernel_cache.lower(ast, cpu_options(32)), "int kernel;"
     with config.override(cache_dir=str(tmp_path / "one")):
         program_store.save(key, program, source)
         Path(program_store._path(key)).unlink()
@@ -115,7 +113,7 @@ def test_the_memo_answers_per_cache_folder_as_the_file_would(tmp_path: Path) -> 
 
 def test_the_memo_keeps_the_newest_entries_within_its_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     x = fast.from_numpy(np.ones((4, 4), np.float32), "CLANG")
-    program = realize.lower(fast.schedule(x.e(fast.BinaryOps.ADD, x.const(1.0)))[-1].ast, cpu_options(32))
+    program = kernel_cache.lower(fast.schedule(x.e(fast.BinaryOps.ADD, x.const(1.0)))[-1].ast, cpu_options(32))
     monkeypatch.setattr(program_store, "MEMO_SIZE", 3)
     monkeypatch.setattr(program_store, "MEMO_BYTES", 100)
     program_store.clear_memo()
