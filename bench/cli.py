@@ -22,7 +22,7 @@ import fast
 from bench import SCHEMA
 from bench.ceiling import measure_read_ceiling
 from bench.machine import machine_info, measure_bandwidth, measure_fma_peak
-from bench.minilm import minilm_tables
+from bench.minilm_report import minilm_tables
 from bench.outputs import add_output_options, destination, unusable_device
 from bench.peers import load_peers
 from bench.report import detail_lines, summary_lines, text_table, write_all

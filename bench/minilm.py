@@ -36,13 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from bench import minilm_model
+from bench import minilm_kernels, minilm_model
 from bench.timing import Budget, timed
 from bench.workloads import Workload
 
 MIN_COSINE = 0.99999  # issue 26: every sentence's embedding within this cosine of torch's
 MIN_ROUNDS = 5
 FIRST_CALL_WORKLOAD = "minilm_1x16"  # its rows also time the first call in new processes (bench/first_call.py)
+KERNELS_MIN_TOKENS = 1024  # the matmul kernels are timed alone (bench/minilm_kernels.py) at this many tokens and more
 PAUSE_S = 0.1  # before each timed call, untimed: the previous system's spinning threads go idle first
 _MODEL: dict[str, Any] = {}  # the shared setup, made on first use
 
@@ -58,6 +59,7 @@ class System:
     first_s: float | None = None
     times: list[float] = field(default_factory=list)
     value: np.ndarray | None = None
+    build: Callable[[], Any] | None = None  # a fast system's forward as a lazy graph (nothing realized)
     info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -120,6 +122,7 @@ def fast_system(model: dict[str, Any], device: str, ids: np.ndarray, mask: np.nd
     ids_x, mask_x = xp.asarray(ids, device=device), xp.asarray(mask, device=device)
     system = System(f"fast {device}", lambda: np.asarray(encode(weights, ids_x, mask_x, config)))
     system.info["schedule"] = lambda: encode(weights, ids_x, mask_x, config).lazy
+    system.build = system.info["schedule"]
     return system
 
 
@@ -307,7 +310,9 @@ def run_minilm(workload: Workload, plan: Any) -> tuple[list[dict[str, Any]], dic
     summaries = {system.name: summary(system, reference, flops, others) for system in systems}
     peers = {name: summaries[name] for name in [*others, *(system.name for system in captured)]}
     rows = [fast_row(workload, device, summaries[f"fast {device}"], peers, plan.fma_gflops) for device in plan.devices]
-    for row in rows:
+    for row, system in zip(rows, fast_systems, strict=True):
+        if "median_ms" in row and system.build is not None and batch * tokens >= KERNELS_MIN_TOKENS:
+            row["matmul_kernels"] = minilm_kernels.matmul_kernels(system.build, plan.fma_gflops)
         plan.log(_progress(row))
     if workload.name == FIRST_CALL_WORKLOAD and not plan.quick:
         attach_first_calls(rows, plan.log)
@@ -333,60 +338,3 @@ def _progress(row: dict[str, Any]) -> str:
     check = row["check"]
     return (f"{head} {row['median_ms']:.1f} ms median of {row['repeats']} (first {row['cold_ms']:.0f} ms); "
             f"{ratios}; min cosine {check.get('min_cosine', float('nan')):.7f} vs {check.get('against')}")
-
-
-# ---------------------------------------------------------------- the report's table
-
-TABLE_HEADER = ("system", "ms median", "min", "max", "first call ms", "GFLOP/s", "vs torch eager",
-                "vs onnxruntime", "min cosine", "max abs diff", "kernels / host steps")
-
-
-def _cell(value: Any, digits: int = 3) -> str:
-    from bench.report import fmt
-
-    return fmt(value, digits) if isinstance(value, (int, float)) or value is None else str(value)
-
-
-def _table_line(name: str, fields: dict[str, Any]) -> list[str]:
-    if "median_ms" not in fields:
-        return [name, f"skipped: {fields.get('skipped')}" if fields.get("skipped") else f"ERROR {fields.get('error')}",
-                *[""] * (len(TABLE_HEADER) - 2)]
-    ratios, check = fields.get("ratios") or fields.get("peer_ratios") or {}, fields.get("check") or {}
-    return [name, _cell(fields["median_ms"]), _cell(fields["min_ms"]), _cell(fields["max_ms"]),
-            _cell(fields.get("first_ms", fields.get("cold_ms"))), _cell(fields.get("gflops")),
-            _cell(ratios.get("torch")), _cell(ratios.get("onnxruntime")),
-            "reference" if not check else f"{check['min_cosine']:.7f}" if "min_cosine" in check else "-",
-            _cell(check.get("max_abs_err"), 2) if check else "-",
-            f"{fields['kernels']} / {fields.get('custom_items')}" if "kernels" in fields else "-"]
-
-
-def minilm_tables(result: dict[str, Any]) -> list[str]:
-    """A Markdown table per minilm workload in the result: every system of the same run."""
-    lines: list[str] = []
-    for workload in dict.fromkeys(row["workload"] for row in result["results"] if row["workload"].startswith("minilm")):
-        rows = [row for row in result["results"] if row["workload"] == workload]
-        peers = result.get("peer_results", {}).get(workload, {})
-        if not peers and all(row.get("skipped") for row in rows):
-            lines += ["", f"{workload}: skipped ({rows[0]['skipped']})"]
-            continue
-        checks = [fields.get("check") or {} for fields in [*rows, *peers.values()]]
-        against = next((check["against"] for check in checks if "against" in check), "-")
-        lines += ["", f"{workload} (same run, rounds interleaved; ratios = other's time / this time; cosine and "
-                  f"abs diff against {against}):", "",
-                  "| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
-        body = [_table_line(f"fast {row['device']}", row) for row in rows]
-        body += [_table_line(name, fields) for name, fields in peers.items()]
-        lines += ["| " + " | ".join(line) + " |" for line in body]
-        lines += _first_call_lines(rows)
-    return lines
-
-
-def _first_call_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per first-call case of the rows (bench/first_call.py), when they were measured."""
-    cases = [case for row in rows for case in row.get("first_call", [])]
-    if not cases:
-        return []
-    from bench.first_call import progress
-
-    return ["", "First call in a new process, weights loaded (bench/first_call.py; wall and CPU seconds, "
-            "stage wall seconds):", "", *(f"- {progress(case)}" for case in cases)]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ceiling import reachable_ratio
-from bench.minilm import minilm_tables
+from bench.minilm_report import minilm_tables
 
 READ_WORKLOADS = ("sum", "row_sum", "col_sum")  # each reads 16M float32 once, like the ceiling
 

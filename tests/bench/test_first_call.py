@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from bench import first_call
-from bench.minilm import _first_call_lines
+from bench.minilm_report import _first_call_lines
 
 
 def test_nested_stages_count_once_each_and_other_threads_are_not_timed() -> None:

@@ -1,0 +1,82 @@
+"""The matmul kernels of one MiniLM forward on `fast`, each timed alone (issue 26: "every matmul
+kernel of the MiniLM forward at 60% or more of the measured FMA peak").
+
+A forward's wall time includes its memory-bound kernels (layer norms, softmax, GELU's epilogues
+are inside the matmuls) and the call's Python; this measures the matmul kernels themselves. The
+forward runs `ROUNDS` times under `DEBUG=2` (taping off: every kernel is a scheduled item, timed by
+`launch` from its start until every chunk of every thread finished); each kernel of the schedule
+keeps its fastest round. A kernel is a matmul when it was lowered as a GEMM (its program's paths
+hold "gemm", fast/codegen/paths.py) or its name is one of those kernels' names. Reported per
+kernel name: how many in the forward, ms (sum of the fastest rounds), GFLOP/s (the program's own
+flop count) and the fraction of the FMA peak measured in the same bench run.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+from collections.abc import Callable
+from typing import Any
+
+ROUNDS = 3
+
+
+def _gemm_names(build: Callable[[], Any]) -> set[str]:
+    """Names of the kernels of one forward's schedule that were lowered as GEMMs (nothing runs;
+    the kernels are already compiled by the timed calls)."""
+    import fast
+    from fast.ops import KernelOps
+
+    kernels = importlib.import_module("fast.engine.realize")
+    names = set()
+    for item in fast.schedule(build()):
+        if item.ast.op is KernelOps.SINK:
+            kernel, _ = kernels.get_kernel(item.bufs[0].device, item.ast)
+            if "gemm" in kernel.program.paths:
+                names.add(kernel.program.name)
+    return names
+
+
+def _debug_lines(build: Callable[[], Any]) -> list[str]:
+    """The `***` lines of one forward realized under DEBUG=2."""
+    import fast
+    from fast import config
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), config.override(debug=2):
+        fast.realize(build())
+    return [line for line in out.getvalue().splitlines() if line.startswith("***") and "GFLOP/s" in line]
+
+
+def matmul_kernels(build: Callable[[], Any], fma_gflops: float | None) -> list[dict[str, Any]]:
+    """Per matmul kernel name of the forward `build()` returns (a LazyBuffer): count, ms, GFLOP/s,
+    fraction of `fma_gflops` (module docstring)."""
+    names = _gemm_names(build)
+    best: dict[int, tuple[str, float, float]] = {}  # schedule position: (name, ms, GFLOP)
+    for _ in range(ROUNDS):
+        for line in _debug_lines(build):
+            fields = line.split()
+            position, name = int(fields[2]), fields[3]
+            ms = float(fields[fields.index("ms") - 1])
+            gflop = float(fields[fields.index("GFLOP/s") - 1]) * ms / 1e3
+            if name in names and (position not in best or ms < best[position][1]):
+                best[position] = (name, ms, gflop)
+    rows: dict[str, dict[str, Any]] = {}
+    for name, ms, gflop in best.values():
+        row = rows.setdefault(name, {"kernel": name, "count": 0, "ms": 0.0, "gflop": 0.0})
+        row["count"] += 1
+        row["ms"] += ms
+        row["gflop"] += gflop
+    for row in rows.values():
+        row["gflops"] = row["gflop"] / (row["ms"] / 1e3) if row["ms"] else None
+        row["fma_fraction"] = row["gflops"] / fma_gflops if fma_gflops and row["gflops"] else None
+    return sorted(rows.values(), key=lambda row: -row["ms"])
+
+
+def kernel_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The report's lines for one device's matmul kernels."""
+    lines = []
+    for row in rows:
+        peak = f", {row['fma_fraction'] * 100:.0f}% of the FMA peak" if row.get("fma_fraction") else ""
+        lines.append(f"{row['kernel']} x{row['count']}: {row['ms']:.2f} ms, {row['gflops']:.0f} GFLOP/s{peak}")
+    return lines
