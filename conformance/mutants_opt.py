@@ -57,9 +57,9 @@ def last_chunk_dropped(fast: ModuleType) -> Undo:
 def thread_remainder_dropped(fast: ModuleType) -> Undo:
     """Thread shares are `count // cores` iterations each: when `cores` does not divide the shared
     loop, its last `count % cores` iterations run on no thread (general lowering and GEMM units)."""
-    lower, gemm_loops = _module(fast, "codegen.lower"), _module(fast, "codegen.gemm_loops")
+    lanes, gemm_loops = _module(fast, "codegen.lower_lanes"), _module(fast, "codegen.gemm_loops")
     ir = _module(fast, "codegen.ir")
-    original_bounds = lower._Lowering._loop_bounds
+    original_bounds = lanes.LaneLowering._loop_bounds
     original_share = gemm_loops._Emitter.share
 
     def floor_share(b: Any, total: int, thread_vars: tuple[int, int], one: int) -> tuple[int, int]:
@@ -80,7 +80,7 @@ def thread_remainder_dropped(fast: ModuleType) -> Undo:
         if not self.ctx.parallel:
             return start, end
         return floor_share(self.b, self.const(units), self.ctx.thread_vars, self.const(1))
-    return _fresh_kernels(fast, set_attribute(lower._Lowering, "_loop_bounds", loop_bounds),
+    return _fresh_kernels(fast, set_attribute(lanes.LaneLowering, "_loop_bounds", loop_bounds),
                           set_attribute(gemm_loops._Emitter, "share", share))
 
 
