@@ -172,14 +172,33 @@ class _Lowering(LaneLowering):
 
     def _nests(self, nest: Callable[[tuple[AxisPlan, ...]], None]) -> None:
         """`nest` over the plan's output loops, then again over the positions the vectorized output
-        axis left over (`KernelPlan.tail`), one lane at a time; threads share each nest's outer loop."""
-        nest(self.plan.output_axes)
+        axis left over (`KernelPlan.tail`), one lane at a time; threads share each nest's outer loop.
+        In a threaded kernel a nest without an output loop (its outputs one vector, no loop to share)
+        runs in the first share only: run by every share it would store the same outputs from several
+        threads at once, and in a kernel that walks the reduce in chunks (`plan.chunk`) each chunk
+        reads back and updates what the previous one stored, so concurrent shares lose updates."""
         tail = self.plan.tail_plan()
-        if tail is not None:
-            axes, axis, start = tail
-            self.offsets[axis] = NumNode(start)
-            self.split_pending = True
-            nest(axes)
+        nests = [self.plan.output_axes] + ([tail[0]] if tail is not None else [])
+        shared = self.parallel and any(axis.has_loop for axes in nests for axis in axes)
+        for number, axes in enumerate(nests):
+            if number and tail is not None:
+                self.offsets[tail[1]] = NumNode(tail[2])
+                self.split_pending = True
+            if shared and not any(axis.has_loop for axis in axes):
+                self._in_first_share(nest, axes)
+            else:
+                nest(axes)
+
+    def _in_first_share(self, nest: Callable[[tuple[AxisPlan, ...]], None], axes: tuple[AxisPlan, ...]) -> None:
+        """`nest(axes)` inside a loop that runs once in the share of thread 0 (`core~ == 0`) and not at
+        all in the others."""
+        b = self.builder
+        if self.thread_vars is None:
+            self.thread_vars = (b.define_var(THREAD_VARS[0]), b.define_var(THREAD_VARS[1]))
+        first = b.index(IndexOps.CMPLT, self.thread_vars[0], b.const(1, INT64))
+        b.loop(b.const(0, INT64), b.alu(UnaryOps.CAST, (first,), INT64), LoopKind.REDUCE)
+        nest(axes)
+        b.end_loop()
 
     def _rows_nest(self, output_axes: tuple[AxisPlan, ...]) -> None:
         """`_run_rows` over the output loops of `output_axes`."""
