@@ -196,6 +196,8 @@ def read_planned(array: Deferred) -> None:
             tape.finish()  # (the checks and the plan realize: `settle` must not build this tape)
     if not usable or [position for position, _ in tape.waiting()] != [array.index]:
         tape.materialize()
+        if episode is not None and point not in episode.points:
+            _learn_point(tape, episode, point, array)
         return
     assert episode is not None
     try:
@@ -212,6 +214,18 @@ def read_planned(array: Deferred) -> None:
         tape.materialize()
         return
     tape.materialized, tape.externals = True, []
+
+
+def _learn_point(tape: Tape, episode: Episode, point: tuple[int, int], array: Deferred) -> None:
+    """A speculating tape read back at a point its episode does not hold (the episode was recorded
+    with a longer tape: a first call whose result was never read): the point is stored, as
+    `read_back` stores a recording tape's, so the next tape like this one replays instead of
+    materializing every time. The tape's keys are a prefix of the episode's (each matched)."""
+    if not array.has_lb() or not _own_memory(tape, array._lb):
+        return
+    with EPISODES_LOCK:
+        if len(episode.points) < MAX_POINTS:
+            episode.points.setdefault(point, None)
 
 
 def _run_plan(tape: Tape, episode: Episode, point: tuple[int, int]) -> Any:

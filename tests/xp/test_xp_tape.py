@@ -368,3 +368,19 @@ def test_the_reference_namespace_is_not_taped() -> None:
     ref = xp.reference_namespace()
     x = ref.asarray(np.ones(3, np.float32))
     assert {type(x * 2.0).__name__ for _ in range(3) if np.asarray(x * 2.0) is not None} == {"Array"}
+
+
+def test_a_first_result_never_read_does_not_stop_later_replays() -> None:
+    """A first call whose result is never read records one long tape (two calls' worth) read back
+    at its end; later calls, read back after one, speculate against it: the first such read-back
+    is eager and stores its point, the later ones run through a plan (and equal the eager bits)."""
+    w = xp.asarray(f32(4, 7))
+    host = f32(3, 5, 7)
+    want = eager(block, xp.asarray(host), w, 0.25)
+    with config.override(debug=1):  # (the tapes of one configuration)
+        block(xp.asarray(host), w, 0.25)  # never read back
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            for _ in range(5):
+                assert same_bits(np.asarray(block(xp.asarray(host), w, 0.25)), want)
+    assert printed.getvalue().count("read back through one plan") >= 3
