@@ -9,7 +9,9 @@ never run). How the inputs are made:
   costs the weight's bytes);
 - a record whose own alone run gave exactly reference's bits lends its realized buffer (a copy of the
   same bits would be made otherwise: the product of a matmul is the largest value of a transformer);
-- anything else is a fresh copy of reference's value (`values.materialize`).
+- anything else is a copy of reference's value (`values.materialize`), made once and lent to every
+  later reader in the same way (the file of a safetensors load is read by a shrink per tensor);
+- a record an assign writes into is never lent: each of its readers gets a fresh copy.
 A movement op is an index map, the same for any values: it is checked once per (op, argument, input
 shape, dtype, device) on a probe input whose elements are 1, 2, 3, ... (every position distinct, none
 zero, so a wrong index or mask shows) against reference on the same probe; a signature that agreed is
@@ -28,6 +30,7 @@ import fast
 import reference
 from fast.debug.actual import is_input, kernel_ref
 from fast.debug.fromgraph import Nodes
+from fast.debug.pages import equal_bits
 from fast.debug.records import DeviceMap, Record, is_movement
 from fast.debug.report import KernelRef
 from fast.debug.runs import Outcome, describe, recorded_config
@@ -70,7 +73,7 @@ def same_bits(want: Value | None, got: Value | None, devices: DeviceMap) -> bool
         return False
     unsigned = np.dtype(f"u{want.array.dtype.itemsize}")  # (every dtype's itemsize is 1, 2, 4 or 8)
     mine, theirs = (np.ascontiguousarray(value.array).reshape(-1).view(unsigned) for value in (want, got))
-    return bool(np.array_equal(mine, theirs))
+    return equal_bits(mine, theirs)
 
 
 class AloneRuns:
@@ -85,6 +88,8 @@ class AloneRuns:
         self.lent: dict[Record, Any] = {}  # record -> its alone buffer, holding reference's bits
         self.readers = {record: len(users) for record, users in nodes.users().items()}
         self.scratch: dict[tuple[str, int], np.ndarray] = {}  # arrays reused to read values (read_reusing)
+        # records an alone run writes into (an assign's target): never lent, each reader gets a fresh copy
+        self.assigned = {nodes.inputs[record][0] for record in nodes.order if record.method == "assign"}
 
     def get(self, record: Record) -> Alone | None:
         if record not in self.done:
@@ -109,7 +114,7 @@ class AloneRuns:
         except Exception as error:  # noqa: BLE001 - what fast raises is an outcome
             return Alone(Outcome(error=describe(error)))
         agrees = self.expected[record].error is None and same_bits(self.expected[record].value, got, self.devices)
-        if agrees and self.readers[record] and not hasattr(obj, "lbs"):
+        if agrees and self.readers[record] and not hasattr(obj, "lbs") and record not in self.assigned:
             self.lent[record] = obj
         if agrees:  # (the value is not kept: it may sit in a reused array)
             return Alone(Outcome(obj), [], agrees)
@@ -139,7 +144,10 @@ class AloneRuns:
         value = self.expected[record].value
         if value is None:
             raise RuntimeError(f"no reference value for input {record.op}")
-        return materialize(fast, value, self.devices)
+        obj = materialize(fast, value, self.devices)
+        if record not in self.assigned and not hasattr(obj, "lbs"):
+            self.lent[record] = obj  # later readers share the copy (a whole safetensors file: one per reader)
+        return obj
 
     def probe_key(self, record: Record) -> tuple[Any, ...] | None:
         """For a movement op over a probe-able input: its signature (op, arguments, input shape, dtype

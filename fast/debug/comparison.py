@@ -31,6 +31,7 @@ from fast.debug.alone import AloneRuns
 from fast.debug.floors import Floors
 from fast.debug.fromgraph import Nodes, collect
 from fast.debug.local import KernelGraph, gross
+from fast.debug.pages import base_pages
 from fast.debug.records import DeviceMap, Record
 from fast.debug.report import Difference, KernelRef, Report
 from fast.debug.runs import UNCOMPARED, Outcome, error_kind, run_reference
@@ -318,7 +319,7 @@ def compare(*buffers: Any, rtol: float | None = None, atol: float | None = None)
     _check_tolerance("atol", atol)
     devices = DiskMap()
     try:
-        with paused(), config.override(graph=False):
+        with paused(), config.override(graph=False), base_pages():
             return _compare(buffers, rtol, atol, devices)
     finally:
         devices.close()

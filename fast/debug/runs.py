@@ -182,25 +182,30 @@ def _deferrable(replay: Replay, record: Record, settling: set[Record]) -> bool:
         (source in settling or (source in replay.outcomes and replay.outcomes[source].has_value))
 
 
-def _view_value(replay: Replay, record: Record) -> Callable[[], Value | None]:
+def _view_value(replay: Replay, record: Record, copies: dict[Record, Any]) -> Callable[[], Value | None]:
     """Reading a deferred view: the same movement op on reference over a copy of its input's value
-    (read when the input was; assigns since then do not matter)."""
+    (read when the input was; assigns since then do not matter). The copy is made once per input and
+    kept in `copies` for its other views (a safetensors file is shrunk once per tensor): reference never
+    changes a realized buffer's array, so the views of one copy cannot see each other."""
     def value() -> Value | None:
-        source = replay.outcomes[replay.nodes.inputs[record][0]].value
-        if source is None:
-            return None
-        return read(reference, record.apply(reference, [materialize(reference, source)]))
+        source_record = replay.nodes.inputs[record][0]
+        if source_record not in copies:
+            source = replay.outcomes[source_record].value
+            if source is None:
+                return None
+            copies[source_record] = materialize(reference, source)
+        return read(reference, record.apply(reference, [copies[source_record]]))
     return value
 
 
-def _defer_views(replay: Replay, ready: list[Record]) -> list[Record]:
+def _defer_views(replay: Replay, ready: list[Record], copies: dict[Record, Any]) -> list[Record]:
     """Defer the reading of the views among `ready` (records about to be realized together, in
     program order) that `_deferrable` allows; the records deferred."""
     settling: set[Record] = set()
     deferred = []
     for record in ready:  # program order: a view's input comes before it
         if _deferrable(replay, record, settling):
-            replay.outcomes[record].defer(_view_value(replay, record))
+            replay.outcomes[record].defer(_view_value(replay, record, copies))
             deferred.append(record)
         settling.add(record)
     return deferred
@@ -213,11 +218,12 @@ def run_reference(nodes: Nodes) -> dict[Record, Outcome]:
     Views are read only when used (`_deferrable`)."""
     replay = Replay(reference, nodes, lambda record, inputs: record.apply(reference, inputs))
     done: set[Record] = set()
+    copies: dict[Record, Any] = {}  # reference copies of the inputs of deferred views (_view_value)
 
     def settle(records: list[Record]) -> None:
         waits = waits_for_assign(replay, records)
         ready = [r for r in records if r not in done and r in waits and not waits[r]]
-        deferred = _defer_views(replay, ready)
+        deferred = _defer_views(replay, ready, copies)
         done.update(deferred)
         ready = [r for r in ready if r not in done]
         if replay.realize(ready) is not None:  # e.g. one raises: realize one at a time

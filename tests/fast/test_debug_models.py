@@ -4,6 +4,7 @@ of: several tensors of one file, buffers whose memory is reused after their last
 kernels, constants passed to kernels, schedules replayed, and tolerances that cannot be built."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +166,29 @@ def test_the_cheap_lower_bounds_of_tolerances_stay_below_them(model: tuple[str, 
         assert np.all(SAFETY * floor[finite] <= full[finite]), record.render(lambda r: "v")
         checked += int(np.any(floor[finite] > 0))
     assert checked > 50
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_file_read_by_many_views_is_copied_once_per_side(tmp_path: Any, monkeypatch: Any, traced: bool) -> None:
+    """A safetensors file is one DISK buffer shrunk once per tensor. compare copies the file's value
+    into `reference` once (for all its deferred views) and into `fast` once (lent to every alone run
+    that reads it): it copied the whole file per tensor, 90 MB a hundred times for all-MiniLM-L6-v2."""
+    from fast.debug import alone, runs
+    arrays = {f"t{i}": np.full((16,), float(i) - 2.5, np.float32) for i in range(6)}
+    path = str(tmp_path / "t.safetensors")
+    fast.safe_save(path, {k: fast.from_numpy(v, "CLANG") for k, v in arrays.items()})
+    copied: list[tuple[str, tuple[int, ...]]] = []
+    for module in (alone, runs):
+        def counting(pkg: Any, value: Any, *rest: Any, _real: Any = module.materialize) -> Any:
+            copied.append((pkg.__name__, value.shape))
+            return _real(pkg, value, *rest)
+        monkeypatch.setattr(module, "materialize", counting)
+    with fast.debug.trace() if traced else contextlib.nullcontext():
+        loaded = fast.safe_load(path)
+        total = loaded["t0"].copy_to_device("CLANG")
+        for i in range(1, 6):
+            total = total.e(BinaryOps.ADD, loaded[f"t{i}"].copy_to_device("CLANG").e(UnaryOps.NEG))
+    report = fast.debug.compare(total)
+    assert report.first is None, str(report)
+    large = sorted(name for name, shape in copied if int(np.prod(shape)) > 16)  # more than one tensor
+    assert large == (["fast", "reference"] if traced else []), copied  # traced: the file, once per side
