@@ -4,6 +4,9 @@ A thread pool hands work over through a condition variable: on virtual machines 
 takes 100-500 µs to wake. A `Crew` keeps its workers polling in native code (runtime/native_loops.py,
 GIL released) for `config.worker_spin_us` (WORKER_SPIN_US, 2 ms) after each job, then sleeping on
 an Event that posting sets (the words stay the source of truth, the Event is only a doorbell). A
+worker whose last idle spell was short polls longer next time, up to WORKER_SPIN_MAX_US (20 ms:
+`adapted_spin_us`), so a caller that does a few ms of other work between kernels finds it awake
+(OpenBLAS's threads poll about 100 ms, Intel OpenMP's 200 ms). A
 worker woken by its doorbell's timeout, with nothing to do, sleeps again at once: an idle process
 does not poll, and polling yields the core every `YIELD_EVERY` polls.
 
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fast import config
 from fast.runtime import cpu
 from fast.runtime.native_loops import (
     ARGS,
@@ -102,13 +106,16 @@ class _Worker:
 
     def _loop(self) -> None:
         seen, first = 0, 1
+        idle_us = float("inf")  # the last idle spell: none yet
         while True:
-            generation = self.loops.serve(self.address, self.board.ctypes.data, seen, first, idle_polls())
+            spin_us = self._spin_us(idle_us)
+            generation = self.loops.serve(self.address, self.board.ctypes.data, seen, first, polls(spin_us))
             if generation != seen:  # handed back: a Python job
                 seen = generation
                 self._run_python(generation)
-                first = idle_polls()
+                first = polls(self._spin_us(idle_us))
                 continue
+            quiet = time.perf_counter()  # about spin_us after the last task ended (or after waking)
             self.doorbell.clear()  # idle since the last job (or since waking): sleep
             self.asleep = True
             rung = True
@@ -116,8 +123,16 @@ class _Worker:
                 rung = self.doorbell.wait(0.1)
             self.asleep = False
             # rung: work is coming (a kernel sequence posts its chunks one by one): poll as after a
-            # job; woken by the timeout: look once
-            first = idle_polls() if rung else 1
+            # job, as long as this idle spell lasted if that was short (`adapted_spin_us`); woken by
+            # the timeout: look once
+            idle_us = (time.perf_counter() - quiet) * 1e6 + spin_us if rung else float("inf")
+            first = polls(self._spin_us(idle_us)) if rung else 1
+
+    @staticmethod
+    def _spin_us(idle_us: float) -> float:
+        """How long to poll after a job, the configuration read now (`adapted_spin_us`)."""
+        settings = config.get()
+        return adapted_spin_us(idle_us, settings.worker_spin_us, settings.worker_spin_max_us)
 
     def _run_python(self, generation: int) -> None:
         job, self.job = self.job, None
@@ -133,6 +148,19 @@ class _Worker:
         self.job = job
         self.loops.publish(self.address + 8 * POSTED, int(self.words[POSTED]) + 1)
         self.doorbell.set()
+
+
+def adapted_spin_us(idle_us: float, base_us: int, most_us: int) -> float:
+    """How long a worker polls after its next job, given that its last idle spell (from the end of a
+    job until the doorbell rang) lasted `idle_us`: 1.5 times that spell when it was at most `most_us`
+    (polling that long would have caught the job, where waking a sleeping thread takes 0.1-2 ms on
+    a virtual machine: a loop that does 8 ms of other work between two matmuls found its worker
+    asleep every time), else `base_us`; never less than `base_us`, and 0 when `base_us` is 0."""
+    if base_us <= 0:
+        return 0.0
+    if idle_us > most_us:
+        return float(base_us)
+    return max(float(base_us), min(float(most_us), 1.5 * idle_us))
 
 
 def _open(board: np.ndarray) -> bool:

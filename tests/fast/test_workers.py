@@ -185,3 +185,34 @@ def test_kernel_chunks_go_to_the_workers_as_native_calls(team: workers.Crew) -> 
     assert int(out[0]) == sum((k + 1) * k for k in range(ARGUMENTS - 2)) + (ARGUMENTS - 1) * 0 + ARGUMENTS * 1
     with pytest.raises(TypeError, match="weighted: expected CLANG buffers, got Handle"):
         launch.run_chunks(program, [Handle()], tuple(range(ARGUMENTS - 2)), 2, 4)
+
+
+@pytest.mark.parametrize("idle_us, base_us, most_us, expected", [
+    (float("inf"), 2000, 20000, 2000),  # no idle spell yet, or woken by the timeout: the base
+    (500, 2000, 20000, 2000),  # a short spell: never below the base
+    (8000, 2000, 20000, 12000),  # 1.5 times the spell: the next one of that length is caught
+    (19000, 2000, 20000, 20000),  # ... at most the cap
+    (20001, 2000, 20000, 2000),  # a spell longer than the cap: polling could not have caught it
+    (8000, 0, 20000, 0),  # WORKER_SPIN_US=0: sleep at once, whatever the spells
+    (8000, 30000, 20000, 30000),  # a base above the cap wins
+])
+def test_adapted_spin(idle_us: float, base_us: int, most_us: int, expected: float) -> None:
+    assert workers.adapted_spin_us(idle_us, base_us, most_us) == expected
+
+
+def test_a_worker_polls_through_short_gaps(team: workers.Crew) -> None:
+    """Jobs 3 ms apart with a 0.5 ms base window: after the first gaps the worker polls long enough
+    to be awake for the next job (it found the doorbell rung after a short spell), so it sleeps a
+    few times in 20 jobs at most; with the cap at the base it sleeps before (nearly) every job."""
+    def sleeps(most_us: int) -> int:
+        buffer = np.zeros(64, dtype=np.uint8)
+        count = 0
+        with config.override(worker_spin_us=500, worker_spin_max_us=most_us):
+            for value in range(20):
+                time.sleep(0.003)
+                count += all(worker.asleep for worker in team.workers)
+                run_alone(team, lambda: None, [one(workers.NativeCall(libc_address("memset"),
+                                                                      (buffer.ctypes.data, value, buffer.size)))])
+        return count
+    assert sleeps(500) >= 10
+    assert sleeps(20000) <= 6
