@@ -32,6 +32,7 @@ from fast.codegen.gemm import (
     match,
     stores_columns_contiguously,
 )
+from fast.codegen.gemm_prefetch import next_batch_hints
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps
@@ -61,6 +62,7 @@ class _Emitter:
         self.group_start = -1  # IR value: the first block of rows of the current group (packed A's origin)
         self.column_block: Variable | None = None
         self.env: Env = {}  # the batch axes, set while emitting
+        self.batch: Variable | None = None  # the batch loop's counter, set while emitting
 
     # -- small IR helpers
     def scratch(self, dtype: DType, size: int) -> BufferInfo:
@@ -127,6 +129,7 @@ class _Emitter:
         first = self.b.index(IndexOps.NONNEG_DIV, start, blocks)
         last = self.b.index(IndexOps.NONNEG_DIV, self.b.index(IndexOps.ADD, end, self.const(self.blocks - 1)), blocks)
         batch = self.loop("batch", first, last, self.shape.size(self.shape.batch) - 1)
+        self.batch = batch
         self.env = self.split(self.shape.batch, batch) if self.shape.batch else {}
         origin = self.render(batch * self.blocks)
         lo = self.maximum(self.sub(start, origin), self.const(0))  # lo <= hi: the share's blocks of this batch
@@ -354,6 +357,8 @@ class _Emitter:
         b = self.b
         step = self.loop("k", self.const(0), self.const(self.k), self.k - 1, LoopKind.REDUCE)
         self.prefetch_spread(block, step)
+        if self.prefetch and self.shape.batch and self.batch is not None:
+            next_batch_hints(self, self.batch, panel, block, step)
         base = (self.local_panel(panel) * self.k + step) * self.tiles.columns
         packed = [b.load(self.packed_b.idx, self.vector(width), self.render(base + offset))
                   for offset, width in columns]

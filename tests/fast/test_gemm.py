@@ -219,3 +219,37 @@ def test_large_epilogues_run_as_a_loop_over_the_tile_rows(device: str, rows: int
     np.testing.assert_array_less(np.abs(np.asarray(plain) - (exact + bias)), tolerance + 1e-6)
     want = np.tanh(exact + bias) * 0.5 + residual
     np.testing.assert_allclose(np.asarray(large), want, rtol=1e-5, atol=1e-5 + float(tolerance.max()))
+
+
+def test_hint_spacing() -> None:
+    from fast.codegen.gemm_prefetch import hint_spacing
+    assert [hint_spacing(steps, lines) for steps, lines in ((2048, 256), (2048, 1024), (2048, 1280), (100, 300),
+                                                            (64, 1), (0, 5))] == [8, 2, 1, 1, 64, 1]
+
+
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,m,k,n,transpose", [(3, 33, 7, 5, True), (2, 47, 31, 17, False), (5, 37, 19, 53, True),
+                                                   (1, 40, 32, 40, True), (7, 41, 129, 33, False)])
+def test_batched_products_hint_the_next_batch(device: str, batch: int, m: int, k: int, n: int,
+                                              transpose: bool) -> None:
+    """Batched products (codegen/gemm_prefetch.py): each micro-kernel step may hint a line of the next
+    batch's A and B, along K where K is contiguous (`q @ k.T`: both) or along the other axis (`p @ v`:
+    B's columns); the guards keep the last batch, rows past M and columns past N unhinted. Also with
+    A's batches flipped and A a shrunk view of a wider array; the values agree on every edge."""
+    rng = np.random.default_rng(batch * 100 + m + k + n)
+    a = _random(rng, (batch, m, k))
+    b = _random(rng, (batch, n, k) if transpose else (batch, k, n))
+    x, y = xp.asarray(a, device=device), xp.asarray(b, device=device)
+    rhs = xp.matrix_transpose(y) if transpose else y
+    out = x @ rhs
+    program = _gemm_program(out)
+    hints = [instr for instr in program.instrs if instr.op.name == "PREFETCH"]  # type: ignore[attr-defined]
+    if OPTIONS.prefetch:
+        assert len(hints) >= (3 if batch > 1 else 1)  # the next block's rows, the next batch's A and B
+    expected_b = np.swapaxes(b, -1, -2) if transpose else b
+    _check(np.asarray(out), a, expected_b)
+    flipped = xp.flip(x, axis=0) @ rhs  # the batches of A in reverse: the next batch is an earlier one in memory
+    _check(np.asarray(flipped), a[::-1], expected_b)
+    shrunk = xp.asarray(np.pad(a, ((0, 0), (0, 0), (0, 3))), device=device)[..., :k] @ rhs
+    _check(np.asarray(shrunk), a, expected_b)
