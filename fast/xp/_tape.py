@@ -350,7 +350,14 @@ class Deferred(Array):
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is not False and not self.has_lb():
-            from fast.xp._tape_hooks import read_planned  # (the hooks module imports this one)
-
-            read_planned(self)
+            READ_BACK(self)
         return Array.__array__(self, dtype, copy)
+
+
+def _read_back_unset(array: Deferred) -> None:
+    raise RuntimeError(f"fast.xp: {array!r} read back before fast/xp/_tape_hooks.py set READ_BACK")
+
+
+#: How a Deferred is read back through its tape's plan: `read_planned` of fast/xp/_tape_hooks.py,
+#: which sets this when imported (it imports this module; this one never imports it).
+READ_BACK: Callable[[Deferred], None] = _read_back_unset
