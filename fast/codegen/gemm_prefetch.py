@@ -29,12 +29,12 @@ def hint_spacing(steps: int, lines: int) -> int:
     return every
 
 
-def _operand_lines(emitter: Any, operand: Any, other: tuple[int, ...], others: int) -> tuple[int, bool, int] | None:
+def _operand_lines(emitter: Any, operand: Any, other: tuple[int, ...], others: int,
+                   line: int) -> tuple[int, bool, int] | None:
     """(lines, along K, per) of one operand's batch: its `others` rows (A's rows, B's columns: axes
-    `other`) by K elements, walked in lines along whichever of K and its last other axis is
-    contiguous (`per` lines per row or per step); None when neither is."""
+    `other`) by K elements, walked in lines of `line` elements along whichever of K and its last
+    other axis is contiguous (`per` lines per row or per step); None when neither is."""
     strides = operand.arg.st.real_strides()
-    line = max(1, 64 // emitter.dtype.itemsize)
     if strides[emitter.shape.reduce] == 1:
         per = -(-emitter.k // line)
         return others * per, True, per
@@ -50,7 +50,7 @@ def next_batch_hints(emitter: Any, batch: Variable, panel: Variable, block: Vari
     line = max(1, 64 // emitter.dtype.itemsize)
     operands = [(shape.a, shape.rows, emitter.m), (shape.b, (shape.column,), emitter.n)]
     walks = [(operand, axes, walk) for operand, axes, count in operands
-             if (walk := _operand_lines(emitter, operand, axes, count)) is not None]
+             if (walk := _operand_lines(emitter, operand, axes, count, line)) is not None]
     if not walks:
         return
     every = hint_spacing(emitter.all_panels * emitter.blocks * emitter.k, max(walk[0] for _, _, walk in walks))

@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from fast import config
 from fast.runtime.native_loops_ir import (
     ARGS,
     BATCHES,
@@ -57,7 +56,7 @@ from fast.runtime.native_loops_ir import (
 )
 
 __all__ = ["ARGS", "BATCHES", "CALIBRATION_POLLS", "CALL", "CHUNKS", "CLAIM", "COUNT", "DONE", "FINISHED",
-           "MAX_NATIVE_ARGS", "MAX_TASKS", "MODE", "POSTED", "TABLE", "YIELD_EVERY", "Natives", "idle_polls",
+           "MAX_NATIVE_ARGS", "MAX_TASKS", "MODE", "POSTED", "TABLE", "YIELD_EVERY", "Natives",
            "natives", "polls", "polls_per_us", "spin_function"]
 
 
@@ -138,8 +137,3 @@ def polls_per_us() -> float:
 def polls(microseconds: float) -> int:
     """Polls that last about `microseconds` (at least one)."""
     return max(1, int(microseconds * polls_per_us()))
-
-
-def idle_polls() -> int:
-    """Polls that last `config.worker_spin_us` (at least one)."""
-    return polls(config.get().worker_spin_us)

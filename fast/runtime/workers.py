@@ -50,14 +50,13 @@ from fast.runtime.native_loops import (
     POSTED,
     TABLE,
     Natives,
-    idle_polls,
     natives,
     polls,
     polls_per_us,
     spin_function,
 )
 
-__all__ = ["MAX_NATIVE_ARGS", "JOB_WORDS", "NativeCall", "NativeBatch", "Crew", "crew", "natives", "idle_polls",
+__all__ = ["MAX_NATIVE_ARGS", "JOB_WORDS", "NativeCall", "NativeBatch", "Crew", "crew", "natives",
            "polls_per_us", "spin_function"]
 
 JOB_WORDS = 512  # room for one batch: two words per call plus its arguments
@@ -113,7 +112,7 @@ class _Worker:
             if generation != seen:  # handed back: a Python job
                 seen = generation
                 self._run_python(generation)
-                first = polls(self._spin_us(idle_us))
+                first = polls(spin_us)
                 continue
             quiet = time.perf_counter()  # about spin_us after the last task ended (or after waking)
             self.doorbell.clear()  # idle since the last job (or since waking): sleep
