@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-slow", action="store_true", help="skip the slow workloads (matmul_2048)")
     parser.add_argument("--budget", type=float, help="seconds of warm repeats per workload per device "
                         "(default 3, 0.2 with --quick); at least one warm run is always timed")
-    parser.add_argument("--max-repeats", type=int, default=20, help="at most this many warm repeats (default 20)")
+    parser.add_argument("--max-repeats", type=int, default=40,
+                        help="at most this many warm repeats (default 40; compute workloads: in 4 blocks)")
     parser.add_argument("--peers", default="torch,jax", help="optional peers to try besides numpy (default torch,jax;"
                         " '' for none)")
     add_output_options(parser, DEFAULT_PREFIX)

@@ -10,14 +10,14 @@ traced computing differently afterwards), then the onnxruntime session is made.
 Timing: every system's first call is timed apart (fast compiles its kernels into the run's fresh
 cache; torch.compile compiles into a fresh inductor cache). Then rounds: each round calls every
 system once, the order rotating from round to round, so all systems share the machine's slow and
-fast minutes (a 2-core host shared with others); at least 5 rounds (or --max-repeats), more while
-the budget lasts. Before each call the bench waits PAUSE_S (not timed), so that the thread pools of
-the system before (OpenBLAS, OpenMP, onnxruntime, fast's workers), which keep spinning for a while
-after their work, are idle and do not take the cores from the one being timed. Reported per system:
-median/min/max ms per batch, first-call ms, GFLOP/s of the forward pass's matmuls, ratios (other
-time / this time: above 1 this system is faster) against torch eager and onnxruntime, and agreement
-with torch eager: the smallest cosine over the sentences' embeddings and the largest absolute
-difference. A fast row's check passes at cosine >= 0.99999.
+fast minutes (a 2-core host shared with others); at least MIN_ROUNDS (9) rounds (or --max-repeats),
+more while the budget lasts. Before each call the bench waits PAUSE_S (not timed), so that the
+thread pools of the system before (OpenBLAS, OpenMP, onnxruntime, fast's workers), which keep
+spinning for a while after their work, are idle and do not take the cores from the one being timed.
+Reported per system: median/min/max ms per batch, first-call ms, GFLOP/s of the forward pass's
+matmuls, ratios (other time / this time: above 1 this system is faster) against torch eager and
+onnxruntime, and agreement with torch eager: the smallest cosine over the sentences' embeddings and
+the largest absolute difference. A fast row's check passes at cosine >= 0.99999.
 
 Skipped, with the reason, when the model package or tokenizers is missing; a peer that cannot run
 (torch, onnxruntime not installed, an export or compile failing) is skipped with its reason.
@@ -41,7 +41,7 @@ from bench.timing import Budget, timed
 from bench.workloads import Workload
 
 MIN_COSINE = 0.99999  # issue 26: every sentence's embedding within this cosine of torch's
-MIN_ROUNDS = 5
+MIN_ROUNDS = 9  # odd: the median is a round's time; 5 left one slow stretch of the host as the median
 FIRST_CALL_WORKLOAD = "minilm_1x16"  # its rows also time the first call in new processes (bench/first_call.py)
 KERNELS_MIN_TOKENS = 1024  # the matmul kernels are timed alone (bench/minilm_kernels.py) at this many tokens and more
 PAUSE_S = 0.1  # before each timed call, untimed: the previous system's spinning threads go idle first

@@ -143,7 +143,16 @@ def fma_line(fma: dict[str, Any] | None) -> str:
                      else f"{name} {v['error']}" for name, v in fma["variants"].items())
     return (f"FMA peak (C, independent float32 FMA chains on {fma['threads']} threads): {fma['peak_gflops']} GFLOP/s "
             f"with {fma['best']}, {fma['single_thread_gflops']} one thread; each set: {each}; "
-            f"{'median' if 'median' in fma.get('counts', '') else 'best'} of repeats")
+            f"{'median' if 'median' in fma.get('counts', '') else 'best'} of repeats{spread_text(fma.get('spread'))}")
+
+
+def spread_text(spread: dict[str, Any] | None) -> str:
+    """What the cores delivered most of the time (bench/machine.py `fma_spread`), or nothing."""
+    if not spread:
+        return ""
+    return (f"; in {spread['samples']} runs of {spread['sample_ms']} ms on {spread['threads']} threads: "
+            f"median {spread['median_gflops']}, 25th percentile {spread['p25_gflops']}, "
+            f"10th {spread['p10_gflops']} GFLOP/s")
 
 
 def by_group(name: str) -> str:

@@ -2,25 +2,27 @@
 
 What is timed for `fast`: building the lazy graph from already realized input buffers and
 `fast.realize(out)` (graph build + schedule + run). The first run is timed apart (cold: it compiles,
-into the fresh cache the caller set up); then warm repeats within the budget. Each side's repeats
-run back to back, not alternating with the peers': after a BLAS call OpenBLAS's threads keep
-spinning for a while, and a `fast` matmul 512 started right after numpy's took 6.1 ms instead of
-4.3 ms (one process, medians of 30), so alternating would charge numpy's threads to `fast`. Outside the timing,
-once per workload and device, the result is checked against numpy, and a rebuilt graph is checked
-to be unrealized with a non-empty schedule (so the repeats really run kernels rather than getting
-the previous output back from the weak node cache); its kernels are counted.
+into the fresh cache the caller set up); then warm repeats within the budget. `prepare_peer` and
+`prepare_fast` do everything but the warm repeats, so that bench/suite.py can time every system of
+a workload in alternating blocks (bench/timing.py `blocks`); `run_peer` and `run_fast` time one
+system alone. Outside the timing, once per workload and device, the result is checked against
+numpy, and a rebuilt graph is checked to be unrealized with a non-empty schedule (so the repeats
+really run kernels rather than getting the previous output back from the weak node cache); its
+kernels are counted.
 """
 from __future__ import annotations
 
 import gc
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import fast
 from bench.peers import ArrayOps
-from bench.timing import Budget, repeat, timed
+from bench.timing import Budget, Stats, repeat, timed
 from bench.workloads import Workload
 from fast.ops import KernelOps
 from fast.runtime.base import COMPILE_COUNTER
@@ -64,9 +66,17 @@ def throughput(workload: Workload, arrays: list[np.ndarray], out_shape: tuple[in
     return {"flops": flops, "gflops": flops / median_s / 1e9 if flops else None}
 
 
-def run_peer(ops: ArrayOps, workload: Workload, arrays: list[np.ndarray],
-             budget: Budget) -> tuple[dict[str, Any], np.ndarray]:
-    """Time `workload` on a peer (first call is the warm-up); its summary and its result."""
+@dataclass(frozen=True)
+class Prepared:
+    """A system warmed up (and checked) on one workload: `once` is one timed call, `finish` turns the
+    Stats of its warm repeats into its fields (a peer's summary, or a fast row's fields)."""
+
+    once: Callable[[], Any]
+    finish: Callable[[Stats], dict[str, Any]]
+
+
+def prepare_peer(ops: ArrayOps, workload: Workload, arrays: list[np.ndarray]) -> tuple[Prepared, np.ndarray]:
+    """A peer ready to time on `workload` (its first call, the warm-up, is timed apart), and its result."""
     native = [ops.convert(array) for array in arrays]
     fn = ops.compile(lambda *xs: workload.peer(ops, *xs))  # type: ignore[misc]
 
@@ -78,8 +88,17 @@ def run_peer(ops: ArrayOps, workload: Workload, arrays: list[np.ndarray],
     warmup_s, result = timed(once)
     value = ops.to_numpy(result)
     del result
-    stats = repeat(once, budget)
-    return {"peer": ops.name, "version": ops.version, "warmup_ms": warmup_s * 1e3, **stats.summary()}, value
+
+    def finish(stats: Stats) -> dict[str, Any]:
+        return {"peer": ops.name, "version": ops.version, "warmup_ms": warmup_s * 1e3, **stats.summary()}
+    return Prepared(once, finish), value
+
+
+def run_peer(ops: ArrayOps, workload: Workload, arrays: list[np.ndarray],
+             budget: Budget) -> tuple[dict[str, Any], np.ndarray]:
+    """Time `workload` on a peer alone (first call is the warm-up); its summary and its result."""
+    prepared, value = prepare_peer(ops, workload, arrays)
+    return prepared.finish(repeat(prepared.once, budget)), value
 
 
 def realized_inputs(arrays: list[np.ndarray], device: str) -> list[fast.LazyBuffer]:
@@ -103,9 +122,10 @@ def probe_repeat(workload: Workload, inputs: list[fast.LazyBuffer]) -> int:
     return count_kernels(items)
 
 
-def run_fast(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray,
-             budget: Budget) -> dict[str, Any]:
-    """Cold run, check, probe, warm repeats of `workload` on `device`: the row's fast-side fields."""
+def prepare_fast(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray) -> Prepared:
+    """Cold run, check and probe of `workload` on `device`: ready for its warm repeats. `finish`
+    gives the row's fast-side fields; its `warm_compiles` are the compiles since the probe, which
+    are this device's alone only when its repeats ran alone (`run_fast`)."""
     inputs = realized_inputs(arrays, device)
 
     def once() -> fast.LazyBuffer:
@@ -121,8 +141,17 @@ def run_fast(workload: Workload, device: str, arrays: list[np.ndarray], referenc
     del out
     kernels = probe_repeat(workload, inputs)
     before = compiles_so_far()
-    stats = repeat(once, budget)
-    return {**stats.summary(), "cold_ms": cold_s * 1e3, "cold_minus_warm_s": cold_s - stats.median_s,
-            "compile_s": max(0.0, cold_s - stats.median_s), "compiles": compiles,
-            "warm_compiles": compiles_so_far() - before, "kernels": kernels, "check": check,
-            "out_shape": list(out_shape)}
+
+    def finish(stats: Stats) -> dict[str, Any]:
+        return {**stats.summary(), "cold_ms": cold_s * 1e3, "cold_minus_warm_s": cold_s - stats.median_s,
+                "compile_s": max(0.0, cold_s - stats.median_s), "compiles": compiles,
+                "warm_compiles": compiles_so_far() - before, "kernels": kernels, "check": check,
+                "out_shape": list(out_shape)}
+    return Prepared(once, finish)
+
+
+def run_fast(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray,
+             budget: Budget) -> dict[str, Any]:
+    """Cold run, check, probe, warm repeats of `workload` on `device` alone: the row's fast-side fields."""
+    prepared = prepare_fast(workload, device, arrays, reference)
+    return prepared.finish(repeat(prepared.once, budget))

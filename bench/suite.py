@@ -21,10 +21,10 @@ from bench.minilm import run_minilm
 from bench.mpi_sharded import run_mpi_sharded
 from bench.mpi_sharded import unavailable as mpi_unavailable
 from bench.peers import ArrayOps
-from bench.runner import check_result, run_fast, run_peer, throughput
+from bench.runner import Prepared, check_result, prepare_fast, prepare_peer, run_peer, throughput
 from bench.safetensors_read import FILE_BYTES, FILE_BYTES_QUICK, run_safetensors_read
 from bench.sharded import run_sharded
-from bench.timing import Budget
+from bench.timing import Budget, blocks
 from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload, seeded_inputs
 
 
@@ -87,7 +87,8 @@ def peer_fields(fast_ms: float | None, peers: dict[str, Any]) -> dict[str, Any]:
 
 def compute_row(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray,
                 peers: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """One (workload, device) row of a compute workload (sharded ones: bench/sharded.py, bench/mpi_sharded.py)."""
+    """One (workload, device) row of a sharded workload (bench/sharded.py, bench/mpi_sharded.py),
+    timed alone after the peers."""
     row: dict[str, Any] = {"workload": workload.name, "device": device,
                            "inputs": [list(array.shape) for array in arrays]}
     try:
@@ -97,16 +98,74 @@ def compute_row(workload: Workload, device: str, arrays: list[np.ndarray], refer
         if workload.kind == "mpi_sharded":
             row.update(run_mpi_sharded(workload, device, arrays, reference, plan.budget, plan.seed, plan.quick))
         else:
-            run = run_sharded if workload.kind == "sharded" else run_fast
-            row.update(run(workload, device, arrays, reference, plan.budget))
+            row.update(run_sharded(workload, device, arrays, reference, plan.budget))
     except Exception as error:
         row["error"] = error_text(error)
         return row
+    return finish_row(row, workload, arrays, peers, plan)
+
+
+def finish_row(row: dict[str, Any], workload: Workload, arrays: list[np.ndarray], peers: dict[str, Any],
+               plan: Plan) -> dict[str, Any]:
+    """The row with its peers' ratios and its throughput (GB/s or GFLOP/s, % of the machine's)."""
     row.update(peer_fields(row["median_ms"], peers))
     row.update(throughput(workload, arrays, tuple(row["out_shape"]), row["median_ms"] / 1e3, plan.bandwidth_gbs))
     if row.get("gflops") and plan.fma_gflops:
         row["fma_fraction"] = row["gflops"] / plan.fma_gflops
     return row
+
+
+def prepared_peers(workload: Workload, arrays: list[np.ndarray],
+                   plan: Plan) -> tuple[dict[str, Any], dict[str, Prepared], np.ndarray]:
+    """Every peer warmed up and checked (numpy first: its result is the reference): the summaries
+    so far (a failed peer's holds its error), the ones to time, and the reference."""
+    summaries: dict[str, Any] = {}
+    ready: dict[str, Prepared] = {}
+    reference: np.ndarray | None = None
+    for ops in plan.peers:
+        try:
+            prepared, value = prepare_peer(ops, workload, arrays)
+        except Exception as error:
+            if reference is None:
+                raise
+            summaries[ops.name] = {"peer": ops.name, "error": error_text(error)}
+            continue
+        summaries[ops.name] = {} if reference is None else {"check": check_result(value, reference, workload.rtol,
+                                                                                   workload.atol)}
+        reference = value if reference is None else reference
+        ready[ops.name] = prepared
+    if reference is None:
+        raise RuntimeError("no numpy reference: numpy must be the first peer")
+    return summaries, ready, reference
+
+
+def timed_together(workload: Workload, arrays: list[np.ndarray],
+                   plan: Plan) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A compute workload's rows and peers' summaries, every system's warm repeats timed in
+    alternating blocks (bench/timing.py `blocks`). A fast row's `warm_compiles` counts every
+    device's compiles during the blocks (0 when nothing recompiles, as it should be)."""
+    peers, ready, reference = prepared_peers(workload, arrays, plan)
+    rows: list[dict[str, Any]] = []
+    for device in plan.devices:
+        rows.append({"workload": workload.name, "device": device, "inputs": [list(array.shape) for array in arrays]})
+        try:
+            ready[device] = prepare_fast(workload, device, arrays, reference)
+        except Exception as error:
+            rows[-1]["error"] = error_text(error)
+    names = list(ready)
+    stats, errors = blocks([ready[name].once for name in names], plan.budget)
+    by_device = {row["device"]: row for row in rows}
+    for name, timing, raised in zip(names, stats, errors, strict=True):
+        target = by_device[name] if name in by_device else peers[name]
+        if raised is not None:
+            target["error"] = error_text(raised)
+        else:
+            target.update(ready[name].finish(timing))
+    for row in rows:
+        if not row.get("error"):
+            finish_row(row, workload, arrays, peers, plan)
+        plan.log(progress_line(row))
+    return rows, peers
 
 
 def device_rows(workload: Workload, plan: Plan, measure: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
@@ -174,6 +233,8 @@ def run_workload(workload: Workload, plan: Plan) -> tuple[list[dict[str, Any]], 
     if workload.kind == "minilm":
         return run_minilm(workload, plan)
     arrays = make_arrays(workload, plan)
+    if workload.kind not in ("sharded", "mpi_sharded"):
+        return timed_together(workload, arrays, plan)
     peers, reference = run_peers(workload, arrays, plan)
     rows = []
     for device in plan.devices:

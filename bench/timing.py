@@ -3,13 +3,23 @@
 The callable returns whatever it computed; the result is dropped after the clock stops (so freeing
 it is not timed) and before the next repeat starts (so `fast`'s weak node cache cannot hand the
 previous, already realized output back). The garbage collector is off while the clock runs.
+
+`blocks` times several systems on one workload: each gets its repeats in BLOCKS blocks, the
+systems' blocks alternating, with PAUSE_S (untimed) before each block. On a 2-core virtual machine
+the cores the host lends change from second to second (two threads of FMAs ran at one core's speed
+a quarter of the time, in 5 ms samples: bench/machine.py `fma_spread`); a system timed in one
+stretch of 0.2 s could land wholly in a slow or a fast one, so a small workload's ratio moved from
+0.65 to 1.0 between runs. Within a block the repeats run back to back, as `repeat` runs them: after
+a BLAS call OpenBLAS's threads keep spinning for a while, and a `fast` matmul 512 started right
+after numpy's took 6.1 ms instead of 4.3 ms, so the pause lets the previous system's threads go
+idle before the next block, and only then is anything timed.
 """
 from __future__ import annotations
 
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -71,3 +81,31 @@ def repeat(fn: Callable[[], Any], budget: Budget) -> Stats:
 def as_dict(budget: Budget) -> dict[str, Any]:
     """The budget as plain data for the JSON."""
     return asdict(budget)
+
+
+#: Blocks per system in `blocks`, and the untimed pause before each block (OpenBLAS's threads spin
+#: about 2**28 cycles after a call, under 0.1 s on current cores).
+BLOCKS = 4
+PAUSE_S = 0.1
+
+
+def blocks(calls: Sequence[Callable[[], Any]], budget: Budget, count: int = BLOCKS,
+           pause_s: float = PAUSE_S) -> tuple[list[Stats], list[Exception | None]]:
+    """Time every call of `calls` in `count` blocks each, alternating (module docstring): a block
+    holds at least ceil(min_repeats / count) repeats, at most ceil(max_repeats / count), and stops
+    once it spent budget.seconds / count. Returns one Stats per call, in order, and per call the
+    exception it raised (a call that raised is not timed again; its Stats keeps what ran before)."""
+    per_block = Budget(seconds=budget.seconds / count, min_repeats=-(-budget.min_repeats // count),
+                       max_repeats=max(1, -(-budget.max_repeats // count)))
+    stats = [Stats() for _ in calls]
+    errors: list[Exception | None] = [None for _ in calls]
+    for _ in range(count):
+        for index, fn in enumerate(calls):
+            if errors[index] is not None:
+                continue
+            time.sleep(pause_s)
+            try:
+                stats[index].times_s += repeat(fn, per_block).times_s
+            except Exception as error:  # recorded for the caller's row; the other systems go on
+                errors[index] = error
+    return stats, errors

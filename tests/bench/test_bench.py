@@ -14,7 +14,7 @@ import pytest
 import fast
 from bench import minilm_model
 from bench.runner import BenchError, check_result, probe_repeat, realized_inputs
-from bench.timing import Budget, repeat
+from bench.timing import Budget, blocks, repeat
 from bench.workloads import WORKLOADS, by_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,6 +152,39 @@ def test_repeat_stops_at_the_budget_and_drops_results() -> None:
     stats = repeat(lambda: calls.append(1), Budget(seconds=0.0, min_repeats=2, max_repeats=10))
     assert len(stats.times_s) == len(calls) == 2
     assert len(repeat(lambda: None, Budget(seconds=10.0, max_repeats=4)).times_s) == 4
+
+
+def test_blocks_alternate_the_systems_and_keep_a_failure_to_its_own_system() -> None:
+    """Every system's repeats come in `count` blocks, the systems' blocks alternating; a system that
+    raises is not called again, the others keep their blocks."""
+    order: list[str] = []
+
+    def call(name: str) -> Any:
+        def once() -> None:
+            order.append(name)
+            if name == "c" and order.count("c") == 3:
+                raise ValueError("third call of c")
+        return once
+
+    stats, errors = blocks([call("a"), call("b"), call("c")], Budget(seconds=10.0, min_repeats=1, max_repeats=4),
+                           count=2, pause_s=0.0)
+    assert order == ["a", "a", "b", "b", "c", "c", "a", "a", "b", "b", "c"]
+    assert [len(s.times_s) for s in stats] == [4, 4, 2]
+    assert errors[:2] == [None, None] and isinstance(errors[2], ValueError)
+    short, _ = blocks([call("d")], Budget(seconds=0.0, min_repeats=3, max_repeats=40), count=4, pause_s=0.0)
+    assert len(short[0].times_s) == 4  # one repeat per block: ceil(3 / 4), the budget spent at once
+
+
+def test_fma_spread_orders_its_percentiles() -> None:
+    """The spread of short FMA runs: median >= 25th >= 10th percentile, all positive."""
+    import tempfile
+
+    from bench.machine import _fma_library, fma_spread, fma_variants
+    name, flags = fma_variants(set(open("/proc/cpuinfo").read().split()))[-1]
+    with tempfile.TemporaryDirectory() as folder:
+        spread = fma_spread(_fma_library(folder, name, flags), 1, samples=12, sample_s=0.001)
+    assert spread["samples"] == 12 and spread["threads"] == 1
+    assert spread["median_gflops"] >= spread["p25_gflops"] >= spread["p10_gflops"] > 0
 
 
 def test_groups_select_their_members_and_the_matmul_shapes_are_right() -> None:
