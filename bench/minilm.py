@@ -312,7 +312,8 @@ def run_minilm(workload: Workload, plan: Any) -> tuple[list[dict[str, Any]], dic
     rows = [fast_row(workload, device, summaries[f"fast {device}"], peers, plan.fma_gflops) for device in plan.devices]
     for row, system in zip(rows, fast_systems, strict=True):
         if "median_ms" in row and system.build is not None and batch * tokens >= KERNELS_MIN_TOKENS:
-            row["matmul_kernels"] = minilm_kernels.matmul_kernels(system.build, plan.fma_gflops)
+            row["matmul_kernels"], row["kernel_floor_ms"] = minilm_kernels.matmul_kernels(system.build,
+                                                                                          plan.fma_gflops)
         plan.log(_progress(row))
     if workload.name == FIRST_CALL_WORKLOAD and not plan.quick:
         attach_first_calls(rows, plan.log)

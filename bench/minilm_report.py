@@ -52,6 +52,9 @@ def minilm_tables(result: dict[str, Any]) -> list[str]:
                 lines += ["", f"Matmul kernels of one forward on {row['device']}, each timed alone (DEBUG=2, "
                           f"fastest of {minilm_kernels.ROUNDS} rounds; bench/minilm_kernels.py):", "",
                           *(f"- {line}" for line in minilm_kernels.kernel_lines(row["matmul_kernels"]))]
+                if row.get("kernel_floor_ms"):
+                    lines += ["", f"Every kernel of that forward at its fastest round: {row['kernel_floor_ms']:.1f} ms "
+                              f"in all (the call's floor on this machine; its median: {row['median_ms']:.1f} ms)."]
         lines += _first_call_lines(rows)
     return lines
 

@@ -213,3 +213,22 @@ def test_fma_peak_and_minilm_agreement() -> None:
     assert same["ok"] and same["min_cosine"] == pytest.approx(1.0) and same["max_abs_err"] == 0.0
     flipped = agreement(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]))
     assert not flipped["ok"] and flipped["min_cosine"] == 0.0
+
+
+def test_minilm_kernels_time_the_matmuls_and_the_floor_counts_every_kernel() -> None:
+    """bench/minilm_kernels.py on a small forward of two kernels (a GEMM, then a softmax-like row
+    kernel): one matmul row with its count and rate, and a floor that also holds the other kernel."""
+    from bench import graphs
+    from bench.minilm_kernels import matmul_kernels
+    rng = np.random.default_rng(0)
+    a, b = realized_inputs([rng.standard_normal((64, 48)).astype(np.float32),
+                            rng.standard_normal((48, 40)).astype(np.float32)], "CLANG")
+
+    def build() -> fast.LazyBuffer:
+        product = graphs.matmul(a, b)
+        return product.e(fast.ops.BinaryOps.SUB, product.r(fast.ops.ReduceOps.MAX, (1,)).expand(product.shape))
+
+    rows, floor = matmul_kernels(build, 100.0)
+    assert [row["count"] for row in rows] == [1] and rows[0]["gflops"] > 0
+    assert rows[0]["fma_fraction"] == pytest.approx(rows[0]["gflops"] / 100.0)
+    assert floor > rows[0]["ms"] > 0
