@@ -246,7 +246,8 @@ def agreement(got: np.ndarray, want: np.ndarray) -> dict[str, Any]:
 
 
 def summary(system: System, reference: System, flops: float, others: dict[str, float | None]) -> dict[str, Any]:
-    """What the results keep of one system: times, first call, GFLOP/s, ratios, agreement."""
+    """What the results keep of one system: times (every round's too, in order), first call,
+    GFLOP/s, ratios, agreement."""
     out: dict[str, Any] = {"peer": system.name, **system.info}
     if not system.live or not system.times:
         out["skipped" if system.skipped else "error"] = system.skipped or system.error or "no timed call"
@@ -254,7 +255,7 @@ def summary(system: System, reference: System, flops: float, others: dict[str, f
     median = float(np.median(system.times))
     out.update(median_ms=median * 1e3, min_ms=min(system.times) * 1e3, max_ms=max(system.times) * 1e3,
                repeats=len(system.times), first_ms=(system.first_s or 0.0) * 1e3, flops=flops,
-               gflops=flops / median / 1e9)
+               gflops=flops / median / 1e9, rounds_ms=[round(t * 1e3, 2) for t in system.times])
     out["ratios"] = {name: ms / out["median_ms"] if ms else None for name, ms in others.items()}
     if system is not reference and system.value is not None and reference.value is not None:
         out["check"] = {**agreement(system.value, reference.value), "against": reference.name}

@@ -98,6 +98,9 @@ def test_rows_pass_their_checks_and_count_kernels(quick_run: tuple[subprocess.Co
         if row.get("skipped"):  # only mpi_sharded, only without MPI (it says so)
             assert row["workload"] == "mpi_sharded" and not _has_mpi() and "mpi4py" in row["skipped"], row
             continue
+        if row["workload"].startswith("minilm"):  # every round's time, in order, besides the median
+            assert len(row["rounds_ms"]) == row["repeats"] and min(row["rounds_ms"]) == pytest.approx(row["min_ms"],
+                                                                                               abs=0.01), row
         assert ROW_FIELDS <= set(row), row
         assert row["check"]["ok"] is True, row
         assert isinstance(row["kernels"], int) and row["kernels"] > 0, row
