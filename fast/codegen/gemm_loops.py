@@ -50,8 +50,7 @@ class _Emitter:
         self.m, self.n, self.k = shape.size(shape.rows), shape.sizes[shape.column], shape.sizes[shape.reduce]
         self.blocks = -(-self.m // tiles.rows)  # blocks of rows per batch
         self.full_panels, self.all_panels = self.n // tiles.columns, -(-self.n // tiles.columns)
-        import os
-        self.pack_a = self.k >= PACK_A_MIN_K and self.all_panels >= PACK_A_MIN_PANELS and not os.environ.get('NOPACKA')
+        self.pack_a = self.k >= PACK_A_MIN_K and self.all_panels >= PACK_A_MIN_PANELS
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
         self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
