@@ -205,27 +205,34 @@ def _fma_library(directory: str, name: str, flags: list[str]) -> ctypes.CDLL:
     return loaded
 
 
-def _fma_gflops(library: ctypes.CDLL, threads: int, seconds: float, repeats: int) -> float:
-    """The best GFLOP/s of `repeats` runs of about `seconds` each on `threads` threads (2 flops per
-    lane per FMA); the iteration count is calibrated on a short run first. The best, not the median:
-    a peak is what the cores can do, and on a shared host the noise only ever lowers it (a median
-    taken while others loaded the 2-core EPYC read 69.5 GFLOP/s, below a matmul measured after it)."""
+def _fma_rates(library: ctypes.CDLL, threads: int, seconds: float, runs: int) -> list[float]:
+    """GFLOP/s of `runs` runs of about `seconds` each on `threads` threads (2 flops per lane per
+    FMA); the iteration count is calibrated on short runs first (doubled until one takes a quarter
+    of `seconds`)."""
     per_iteration = 2.0 * library.fma_lanes() * library.fma_chains() * threads
-    iterations = 1 << 16
+    iterations = 1 << 12
     while True:
         start = time.perf_counter()
         library.fma_run(iterations, threads, 0.999, 0.001)
         elapsed = time.perf_counter() - start
         if elapsed >= seconds / 4 or iterations >= 1 << 34:
             break
-        iterations *= 4
+        iterations *= 2
     iterations = max(1, int(iterations * seconds / max(elapsed, 1e-9)))
     rates = []
-    for _ in range(repeats):
+    for _ in range(runs):
         start = time.perf_counter()
         library.fma_run(iterations, threads, 0.999, 0.001)
         rates.append(per_iteration * iterations / (time.perf_counter() - start) / 1e9)
-    return max(rates)
+    return rates
+
+
+def _fma_gflops(library: ctypes.CDLL, threads: int, seconds: float, repeats: int) -> float:
+    """The best GFLOP/s of `repeats` runs of about `seconds` each on `threads` threads. The best, not
+    the median: a peak is what the cores can do, and on a shared host the noise only ever lowers it
+    (a median taken while others loaded the 2-core EPYC read 69.5 GFLOP/s, below a matmul measured
+    after it); `fma_spread` gives the median of short runs."""
+    return max(_fma_rates(library, threads, seconds, repeats))
 
 
 #: `fma_spread`: samples of about SPREAD_SAMPLE_S each on every core.
@@ -240,22 +247,7 @@ def fma_spread(library: ctypes.CDLL, threads: int, samples: int = SPREAD_SAMPLES
     time. On a virtual machine whose vCPUs the host places from moment to moment (the 2-core EPYC:
     two threads ran at one core's speed in a quarter of the 5 ms samples), a kernel's median cannot
     beat the median here, whatever its code."""
-    per_iteration = 2.0 * library.fma_lanes() * library.fma_chains() * threads
-    iterations = 1 << 12
-    while True:
-        start = time.perf_counter()
-        library.fma_run(iterations, threads, 0.999, 0.001)
-        elapsed = time.perf_counter() - start
-        if elapsed >= sample_s / 4 or iterations >= 1 << 30:
-            break
-        iterations *= 2
-    iterations = max(1, int(iterations * sample_s / max(elapsed, 1e-9)))
-    rates = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        library.fma_run(iterations, threads, 0.999, 0.001)
-        rates.append(per_iteration * iterations / (time.perf_counter() - start) / 1e9)
-    rates.sort()
+    rates = sorted(_fma_rates(library, threads, sample_s, samples))
     return {"samples": samples, "sample_ms": round(sample_s * 1e3, 1), "threads": threads,
             "median_gflops": round(rates[len(rates) // 2], 1), "p25_gflops": round(rates[len(rates) // 4], 1),
             "p10_gflops": round(rates[len(rates) // 10], 1)}

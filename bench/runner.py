@@ -3,12 +3,11 @@
 What is timed for `fast`: building the lazy graph from already realized input buffers and
 `fast.realize(out)` (graph build + schedule + run). The first run is timed apart (cold: it compiles,
 into the fresh cache the caller set up); then warm repeats within the budget. `prepare_peer` and
-`prepare_fast` do everything but the warm repeats, so that bench/suite.py can time every system of
-a workload in alternating blocks (bench/timing.py `blocks`); `run_peer` and `run_fast` time one
-system alone. Outside the timing, once per workload and device, the result is checked against
-numpy, and a rebuilt graph is checked to be unrealized with a non-empty schedule (so the repeats
-really run kernels rather than getting the previous output back from the weak node cache); its
-kernels are counted.
+`prepare_fast` do everything but the warm repeats, so that bench/suite.py can time every system of a
+workload in alternating blocks (bench/timing.py `blocks`), or one system alone (`repeat`). Outside
+the timing, once per workload and device, the result is checked against numpy, and a rebuilt graph
+is checked to be unrealized with a non-empty schedule (so the repeats really run kernels rather than
+getting the previous output back from the weak node cache); its kernels are counted.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ import numpy as np
 
 import fast
 from bench.peers import ArrayOps
-from bench.timing import Budget, Stats, repeat, timed
+from bench.timing import Stats, timed
 from bench.workloads import Workload
 from fast.ops import KernelOps
 from fast.runtime.base import COMPILE_COUNTER
@@ -94,13 +93,6 @@ def prepare_peer(ops: ArrayOps, workload: Workload, arrays: list[np.ndarray]) ->
     return Prepared(once, finish), value
 
 
-def run_peer(ops: ArrayOps, workload: Workload, arrays: list[np.ndarray],
-             budget: Budget) -> tuple[dict[str, Any], np.ndarray]:
-    """Time `workload` on a peer alone (first call is the warm-up); its summary and its result."""
-    prepared, value = prepare_peer(ops, workload, arrays)
-    return prepared.finish(repeat(prepared.once, budget)), value
-
-
 def realized_inputs(arrays: list[np.ndarray], device: str) -> list[fast.LazyBuffer]:
     """The arrays as realized buffers on `device`."""
     buffers = [fast.from_numpy(array, device) for array in arrays]
@@ -125,7 +117,7 @@ def probe_repeat(workload: Workload, inputs: list[fast.LazyBuffer]) -> int:
 def prepare_fast(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray) -> Prepared:
     """Cold run, check and probe of `workload` on `device`: ready for its warm repeats. `finish`
     gives the row's fast-side fields; its `warm_compiles` are the compiles since the probe, which
-    are this device's alone only when its repeats ran alone (`run_fast`)."""
+    are this device's alone only when its repeats ran alone."""
     inputs = realized_inputs(arrays, device)
 
     def once() -> fast.LazyBuffer:
@@ -148,10 +140,3 @@ def prepare_fast(workload: Workload, device: str, arrays: list[np.ndarray], refe
                 "warm_compiles": compiles_so_far() - before, "kernels": kernels, "check": check,
                 "out_shape": list(out_shape)}
     return Prepared(once, finish)
-
-
-def run_fast(workload: Workload, device: str, arrays: list[np.ndarray], reference: np.ndarray,
-             budget: Budget) -> dict[str, Any]:
-    """Cold run, check, probe, warm repeats of `workload` on `device` alone: the row's fast-side fields."""
-    prepared = prepare_fast(workload, device, arrays, reference)
-    return prepared.finish(repeat(prepared.once, budget))

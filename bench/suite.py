@@ -21,10 +21,10 @@ from bench.minilm import run_minilm
 from bench.mpi_sharded import run_mpi_sharded
 from bench.mpi_sharded import unavailable as mpi_unavailable
 from bench.peers import ArrayOps
-from bench.runner import Prepared, check_result, prepare_fast, prepare_peer, run_peer, throughput
+from bench.runner import Prepared, check_result, prepare_fast, prepare_peer, throughput
 from bench.safetensors_read import FILE_BYTES, FILE_BYTES_QUICK, run_safetensors_read
 from bench.sharded import run_sharded
-from bench.timing import Budget, blocks
+from bench.timing import Budget, blocks, repeat
 from bench.workloads import GRAPH_NODES, GRAPH_NODES_QUICK, Workload, seeded_inputs
 
 
@@ -55,24 +55,11 @@ def error_text(error: BaseException) -> str:
 
 
 def run_peers(workload: Workload, arrays: list[np.ndarray], plan: Plan) -> tuple[dict[str, Any], np.ndarray]:
-    """Every peer's summary (numpy first; its result is the reference the others are checked against)."""
-    summaries: dict[str, Any] = {}
-    reference: np.ndarray | None = None
-    for ops in plan.peers:
-        try:
-            summary, value = run_peer(ops, workload, arrays, plan.budget)
-        except Exception as error:
-            if reference is None:
-                raise
-            summaries[ops.name] = {"peer": ops.name, "error": error_text(error)}
-            continue
-        if reference is None:
-            reference = value
-        else:
-            summary["check"] = check_result(value, reference, workload.rtol, workload.atol)
-        summaries[ops.name] = summary
-    if reference is None:
-        raise RuntimeError("no numpy reference: numpy must be the first peer")
+    """Every peer's summary, each timed alone after all are warmed up (the sharded workloads, whose
+    fast rows time themselves: bench/sharded.py, bench/mpi_sharded.py), and numpy's result."""
+    summaries, ready, reference = prepared_peers(workload, arrays, plan)
+    for name, prepared in ready.items():
+        summaries[name].update(prepared.finish(repeat(prepared.once, plan.budget)))
     return summaries, reference
 
 
@@ -130,9 +117,10 @@ def prepared_peers(workload: Workload, arrays: list[np.ndarray],
                 raise
             summaries[ops.name] = {"peer": ops.name, "error": error_text(error)}
             continue
-        summaries[ops.name] = {} if reference is None else {"check": check_result(value, reference, workload.rtol,
-                                                                                   workload.atol)}
-        reference = value if reference is None else reference
+        if reference is None:
+            reference, summaries[ops.name] = value, {}
+        else:
+            summaries[ops.name] = {"check": check_result(value, reference, workload.rtol, workload.atol)}
         ready[ops.name] = prepared
     if reference is None:
         raise RuntimeError("no numpy reference: numpy must be the first peer")
