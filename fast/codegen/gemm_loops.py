@@ -4,7 +4,7 @@ the epilogue, written into the general lowering's builder.
 
 Fused multiply-adds are decided per tile inside the kernel. While B is packed, each micro-panel
 gets a flag "every element is below `FMA_BOUNDS` in magnitude" (NaN fails); each block of MR rows of
-A gets one from a vector pass over its rows, once per group. A tile whose two flags hold adds its
+A gets one from the vector pass over its rows that also packs them, once per group. A tile whose two flags hold adds its
 products with FMA; any other tile (a product there might overflow, docs/semantics.md) runs the
 unfused loop, `acc + round(a*b)`. Tiles are fixed by the shape alone (blocks of MR rows of one batch,
 panels of NR columns), never by the thread share, so the choice, like the order, never depends on
@@ -54,7 +54,8 @@ class _Emitter:
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
         self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
-        self.packed_a = self.scratch(self.dtype, self.k * tiles.group_rows) if self.pack_a else None
+        self.a_stride = packed_row_stride(self.k, self.dtype.itemsize, tiles.lanes)
+        self.packed_a = self.scratch(self.dtype, self.a_stride * tiles.group_rows) if self.pack_a else None
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None
         self.rows_ok = self.scratch(dtypes.bool, tiles.group_rows // tiles.rows) if fused else None
         looped = epilogue_size(ctx.info) > UNROLLED_EPILOGUE_MAX or not stores_columns_contiguously(ctx.info, shape)
@@ -224,48 +225,57 @@ class _Emitter:
         """The block's position within its group (IR value)."""
         return self.sub(self.ctx.var_refs[block], self.group_start)
 
-    def packed_row_index(self, block: Variable, step: Node, row: int) -> int:
-        """Where packed A holds row `row` of `block` at step k: `((block - group start) * K + k) * MR + row`."""
-        within = self.b.index(IndexOps.ADD, self.b.index(IndexOps.MUL, self.block_slot(block), self.const(self.k)),
-                              self.render(step))
-        return self.b.index(IndexOps.ADD, self.b.index(IndexOps.MUL, within, self.const(self.tiles.rows)),
-                            self.const(row))
+    def packed_row_index(self, block: Variable, step: Node, row: int | Node) -> int:
+        """Where packed A holds row `row` of `block` at step k: row `(block - group start) * MR + row`
+        of the group's copy, `a_stride` elements per row: `((block - group start) * MR + row) * a_stride + k`."""
+        origin = self.b.index(IndexOps.MUL, self.block_slot(block), self.const(self.tiles.rows * self.a_stride))
+        return self.b.index(IndexOps.ADD, origin, self.render(row * self.a_stride + step))
 
     def prepare_rows(self, start: int, end: int, rows: int) -> None:
-        """For blocks [start, end) of `rows` rows: their bound flags (when fused) and packed A (when
-        packed: rows of A far apart in memory, a power of two bytes apart at worst, would compete for
-        the same cache sets; packed, the broadcasts are one sequential stream)."""
-        if self.rows_ok is not None:
-            block = self.loop("fa", start, end, self.blocks - 1)
-            self.b.store(self.rows_ok.idx, self.block_slot(block), self.rows_bounded(block, rows))
-            self.b.end_loop()
-        if self.packed_a is not None:
-            block = self.loop("pa", start, end, self.blocks - 1)
-            step = self.loop("pak", self.const(0), self.const(self.k), self.k - 1)
-            for row in range(rows):
-                self.b.store(self.packed_a.idx, self.packed_row_index(block, step, row),
-                             self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, step)]))
-            self.b.end_loop()
-            self.b.end_loop()
+        """For blocks [start, end) of `rows` rows: one pass over their rows of A that copies them into
+        packed A (when packed) and ANDs their bound flag (when fused). Packed A keeps A's rows whole,
+        `a_stride` elements apart (K padded to an odd number of cache lines, `packed_row_stride`): the
+        copy is vector loads and stores along K, and the micro-kernel's MR broadcasts at step k are
+        one pointer plus constant offsets. Rows of A far apart in memory, a power of two bytes apart
+        at worst, would compete for the same cache sets; packed, they never do."""
+        if self.rows_ok is None and self.packed_a is None:
+            return
+        block = self.loop("fa", start, end, self.blocks - 1)
+        bounded = self.rows_pass(block, rows)
+        if self.rows_ok is not None and bounded is not None:
+            self.b.store(self.rows_ok.idx, self.block_slot(block), bounded)
+        self.b.end_loop()
 
-    def rows_bounded(self, block: Variable, rows: int) -> int:
-        """Whether every element of the block's rows of A is within the bound: a loop over the rows,
-        in each vectors of `lanes` along K, then the K % lanes last ones one by one. (A loop, not
-        MR unrolled copies: the same loads in a row-major order, a fraction of the code to lower.)"""
-        lanes, b = self.tiles.lanes, self.b
-        ok = b.define_acc(True, dtypes.bool.vec(lanes))
-        tail = b.define_acc(True, dtypes.bool)
+    def rows_pass(self, block: Variable, rows: int) -> int | None:
+        """A loop over the block's rows, in each vectors of `lanes` along K, then the K % lanes last
+        ones one by one: each value is copied to packed A (when packed) and checked against the
+        bound (when fused). Returns whether every element is within the bound (None when not
+        fused). (A loop, not MR unrolled copies: the same loads in a row-major order, a fraction of
+        the code to lower.)"""
+        lanes, b, fused = self.tiles.lanes, self.b, self.rows_ok is not None
+        ok = b.define_acc(True, dtypes.bool.vec(lanes)) if fused else None
+        tail = b.define_acc(True, dtypes.bool) if fused else None
         row = self.loop("far", self.const(0), self.const(rows), rows - 1)
         if self.k >= lanes:
             step = self.loop("fak", self.const(0), self.const(self.k // lanes), self.k // lanes - 1)
-            group = [self.rows_env(block, row, step * lanes + lane) for lane in range(lanes)]
-            b.assign(ok, b.alu(BinaryOps.MUL, (ok, self.bounded(self.ctx.load_leaf(self.shape.a, group)))))
+            self.copy_row_part(block, row, step * lanes, lanes, ok)
             b.end_loop()
         for step_in_tail in range(self.k - self.k % lanes, self.k):
-            value = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, NumNode(step_in_tail))])
-            b.assign(tail, b.alu(BinaryOps.MUL, (tail, self.bounded(value))))
+            self.copy_row_part(block, row, NumNode(step_in_tail), 1, tail)
         b.end_loop()
+        if ok is None or tail is None:
+            return None
         return b.alu(BinaryOps.MUL, (self.all_lanes(ok), tail))
+
+    def copy_row_part(self, block: Variable, row: Variable, first: Node, width: int, ok: int | None) -> None:
+        """A's `width` values of the block's row `row` from step `first`: stored to packed A (when
+        packed) and ANDed into the flag `ok` (when fused)."""
+        group = [self.rows_env(block, row, first + lane) for lane in range(width)]
+        value = self.ctx.load_leaf(self.shape.a, group)
+        if self.packed_a is not None:
+            self.b.store(self.packed_a.idx, self.packed_row_index(block, first, row), value)
+        if ok is not None:
+            self.b.assign(ok, self.b.alu(BinaryOps.MUL, (ok, self.bounded(value))))
 
     def column_vectors(self, edge: bool) -> list[tuple[int, int]]:
         """(first column within the micro-panel, width) of each accumulator of a row: `vectors`
@@ -379,6 +389,18 @@ class _Emitter:
         reduce_values = dict.fromkeys(self.ctx.info.reduce_ids, acc)
         for store in self.ctx.info.stores:
             self.ctx.store_value(store, group, self.ctx.lower_node(store.src[0], group, reduce_values, memo))
+
+
+def packed_row_stride(k: int, itemsize: int, lanes: int) -> int:
+    """Elements between two rows of packed A: K rounded up to whole vectors and to whole cache lines,
+    plus a line when that count of lines is even, so that the MR rows of a block, read at the same
+    step k, fall in different cache sets (an even count of lines puts rows 0 and 32 / gcd apart in one
+    set: K = 1024 float32 would put every row in the same set)."""
+    per_line = max(1, 64 // itemsize)
+    unit = max(lanes, per_line)
+    stride = -(-k // unit) * unit
+    lines = stride // per_line
+    return stride + per_line if lines % 2 == 0 else stride
 
 
 def plan(info: KernelInfo, options: RendererOptions) -> Callable[[Any], tuple[tuple[BufferInfo, ...], int]] | None:

@@ -69,7 +69,10 @@ def to_numpy(buffer: Any) -> np.ndarray:
     stored: Buffer | None = readable.base.realized
     if stored is None:
         raise RuntimeError(f"to_numpy: {buffer!r} did not realize")
-    return to_public(stored.as_numpy()[:math.prod(shape)], buffer.dtype).reshape(shape).copy()
+    # as_numpy is already a fresh copy: copy again only to drop storage past the shape's elements
+    values = to_public(stored.as_numpy(), buffer.dtype)
+    count = math.prod(shape)
+    return (values if values.size == count else values[:count].copy()).reshape(shape)
 
 
 def local_replica(buffer: Any) -> LazyBuffer:

@@ -11,7 +11,7 @@ import pytest
 
 import fast
 from fast import config, xp
-from fast.codegen import gemm
+from fast.codegen import gemm, gemm_loops
 from fast.codegen.analyze import analyze
 from fast.codegen.lower import lower
 from fast.runtime import cpu
@@ -219,6 +219,63 @@ def test_large_epilogues_run_as_a_loop_over_the_tile_rows(device: str, rows: int
     np.testing.assert_array_less(np.abs(np.asarray(plain) - (exact + bias)), tolerance + 1e-6)
     want = np.tanh(exact + bias) * 0.5 + residual
     np.testing.assert_allclose(np.asarray(large), want, rtol=1e-5, atol=1e-5 + float(tolerance.max()))
+
+
+def _packs_a(out: xp.Array) -> bool:
+    """Whether the GEMM of `out` packs A: a float scratch array of `a_stride` x MC elements besides
+    packed B (and the tile), found from the shape's tiles."""
+    info = analyze([item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"][-1].ast)
+    shape = gemm.match(info, OPTIONS)
+    assert shape is not None
+    tiles = gemm.choose_tiles(shape, OPTIONS)
+    assert tiles is not None
+    itemsize = out.dtype.itemsize
+    stride = gemm_loops.packed_row_stride(shape.sizes[shape.reduce], itemsize, tiles.lanes)
+    scratch = _gemm_program(out).scratch  # type: ignore[attr-defined]
+    return any(array.size == stride * tiles.group_rows for array in scratch)
+
+
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,k", [(37, 64), (41, 65), (53, 127), (67, 256), (33, 255), (45, 1024)])
+def test_packed_a_on_awkward_sizes(device: str, m: int, k: int) -> None:
+    """A packed by the rows pass (`prepare_rows`): K one more and one less than the lanes and the
+    lines, K whose lines are even (the stride gets a line of padding: 256 and 1024 float32), M with
+    an edge block of rows, N with an edge micro-panel; A as rows, transposed (K strided), flipped and
+    shrunk; float64 too; and an element past the bound in the last block of rows, whose outputs
+    must be the sum of rounded products (infinities where a product overflows)."""
+    nr = OPTIONS.lanes(fast.dtypes.float32) * 2
+    n = gemm.PACK_A_MIN_PANELS * nr + 5
+    rng = np.random.default_rng(m * 7 + k)
+    a, b = _random(rng, (m, k)), _random(rng, (k, n))
+    at = np.ascontiguousarray(a.T)
+    x, y, xt = (xp.asarray(v, device=device) for v in (a, b, at))
+    assert _packs_a(x @ y) and _packs_a(xt.mT @ y)
+    for out in (x @ y, xt.mT @ y):
+        _check(np.asarray(out), a, b)
+    _check(np.asarray(xp.flip(x, axis=0) @ y), a[::-1], b)
+    wide = xp.asarray(np.pad(a, ((0, 0), (2, 3))), device=device)[:, 2:2 + k]
+    _check(np.asarray(wide @ y), a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    _check(np.asarray(xp.asarray(a64, device=device) @ xp.asarray(b64, device=device)), a64, b64)
+    big = a.copy()
+    big[m - 1, k - 1] = 3e38  # the last block of rows: beyond the bound, that block runs unfused
+    got = np.asarray(xp.asarray(big, device=device) @ y)
+    _check(got[:m - 1], a[:m - 1], b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (big[m - 1, :, None] * b).sum(axis=0, dtype=np.float32)
+    np.testing.assert_allclose(got[m - 1], want, rtol=1e-6)
+
+
+def test_packed_rows_are_an_odd_count_of_lines_apart() -> None:
+    """`packed_row_stride`: at least K, whole vectors and whole lines, and an odd count of lines, so
+    the MR rows of a block fall in different cache sets."""
+    for itemsize, lanes in ((4, 16), (4, 8), (8, 8), (8, 4)):
+        per_line = 64 // itemsize
+        for k in (1, 4, 15, 16, 17, 64, 65, 256, 384, 1023, 1024, 1536):
+            stride = gemm_loops.packed_row_stride(k, itemsize, lanes)
+            assert k <= stride < k + 3 * per_line
+            assert stride % lanes == 0 and stride % per_line == 0 and (stride // per_line) % 2 == 1
 
 
 def test_hint_spacing() -> None:
