@@ -242,7 +242,7 @@ class _Emitter:
             return
         block = self.loop("fa", start, end, self.blocks - 1)
         bounded = self.rows_pass(block, rows)
-        if self.rows_ok is not None and bounded is not None:
+        if self.rows_ok is not None and bounded is not None:  # both or neither: set when fused
             self.b.store(self.rows_ok.idx, self.block_slot(block), bounded)
         self.b.end_loop()
 
@@ -394,8 +394,9 @@ class _Emitter:
 def packed_row_stride(k: int, itemsize: int, lanes: int) -> int:
     """Elements between two rows of packed A: K rounded up to whole vectors and to whole cache lines,
     plus a line when that count of lines is even, so that the MR rows of a block, read at the same
-    step k, fall in different cache sets (an even count of lines puts rows 0 and 32 / gcd apart in one
-    set: K = 1024 float32 would put every row in the same set)."""
+    step k, fall in different cache sets. With L lines per row, rows r and r + 64 / gcd(L, 64) share a
+    set of a 64-set cache: an odd L keeps 64 rows apart, while L = 64 (K = 1024 float32) would put every
+    row in one set."""
     per_line = max(1, 64 // itemsize)
     unit = max(lanes, per_line)
     stride = -(-k // unit) * unit
