@@ -105,6 +105,11 @@ class IRBuilder:
             return ref
         return self.vectorize([ref] * lanes)
 
+    def shuffle(self, a: int, b: int, lanes: tuple[int, ...]) -> int:
+        """The vector of lanes `lanes` of a and b, both of one vector dtype with n lanes (lane i < n
+        of a, lane n + i of b: IROps.SHUFFLE)."""
+        return self._emit(Instr(IROps.SHUFFLE, self.dtype(a), (a, b), tuple(lanes)))
+
     def gep(self, ref: int, lane: int) -> int:
         """Lane `lane` of a vector value (a scalar value is the same in every lane)."""
         instr, dtype = self.instrs[ref], self.dtype(ref)

@@ -17,6 +17,7 @@ Loops, outermost first (`emit`); `MR` rows x `NR = vectors * lanes` columns is t
     for each batch the share touches:
       for jc over column blocks of NC columns:           (NC: the packed block fits `SCRATCH_BYTES`)
         pack B[batch][:, jc block] into scratch, NR columns per micro-panel, K x NR each, zero past N
+          (B stored along K: in squares transposed in registers, codegen/gemm_pack.py)
         for ic over groups of MC rows of the share:        (MC x K of A fits the core's cache)
           for jr over the micro-panels of the block:
             for ir over the MR-row blocks of the group:   micro-kernel: K steps of

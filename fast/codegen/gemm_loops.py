@@ -1,6 +1,6 @@
 """The loops of a GEMM (fast/codegen/gemm.py says which kernels and with which tiles): shares of
-units, column blocks of packed B, groups of rows, micro-panels, the register-tiled micro-kernel and
-the epilogue, written into the general lowering's builder.
+units, column blocks of packed B (codegen/gemm_pack.py), groups of rows, micro-panels, the
+register-tiled micro-kernel and the epilogue, written into the general lowering's builder.
 
 Fused multiply-adds are decided per tile inside the kernel. While B is packed, each micro-panel
 gets a flag "every element is below `FMA_BOUNDS` in magnitude" (NaN fails); each block of MR rows of
@@ -32,6 +32,7 @@ from fast.codegen.gemm import (
     match,
     stores_columns_contiguously,
 )
+from fast.codegen.gemm_pack import pack_columns, transposes
 from fast.codegen.gemm_prefetch import next_batch_hints
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
@@ -54,6 +55,7 @@ class _Emitter:
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
         self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
+        self.transposing = transposes(shape, tiles)  # B stored along K: packed in squares (gemm_pack.py)
         self.a_stride = packed_row_stride(self.k, self.dtype.itemsize, tiles.lanes)
         self.packed_a = self.scratch(self.dtype, self.a_stride * tiles.group_rows) if self.pack_a else None
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None
@@ -137,7 +139,7 @@ class _Emitter:
         hi = self.minimum(self.sub(end, origin), blocks)
         column_blocks = -(-self.all_panels // self.tiles.panels)
         self.column_block = self.loop("jc", self.const(0), self.const(column_blocks), column_blocks - 1)
-        self.pack_columns()
+        pack_columns(self)
         self.row_groups(lo, hi)
         self.b.end_loop()
         self.b.end_loop()
@@ -167,35 +169,10 @@ class _Emitter:
     def local_panel(self, panel: Variable) -> Node:
         return panel - self.column_block * self.tiles.panels  # type: ignore[operator]
 
-    def pack_columns(self) -> None:
-        """Copy B's columns of this block into packed B (micro-panel p, step k at `(p*K + k) * NR`),
-        each micro-panel's bound flag beside (when fused)."""
-        for edge in (False, True) if self.n % self.tiles.columns else (False,):
-            panel = self.loop("pack", *self.panel_range(edge), self.all_panels - 1)
-            ok = self.b.define_acc(True, dtypes.bool.vec(self.tiles.lanes)) if self.fused else None
-            step = self.loop("packk", self.const(0), self.const(self.k), self.k - 1)
-            local = self.local_panel(panel) * self.k + step
-            for vector in range(self.tiles.vectors):
-                column = panel * self.tiles.columns + vector * self.tiles.lanes
-                group = [{**self.env, self.shape.column: column + lane, self.shape.reduce: step}
-                         for lane in range(self.tiles.lanes)]
-                value = self.packed_value(group, edge)
-                self.b.store(self.packed_b.idx, self.render(local * self.tiles.columns + vector * self.tiles.lanes),
-                             value)
-                if ok is not None:
-                    self.b.assign(ok, self.b.alu(BinaryOps.MUL, (ok, self.bounded(value))))
-            self.b.end_loop()
-            if ok is not None and self.panel_ok is not None:
-                self.b.store(self.panel_ok.idx, self.render(self.local_panel(panel)), self.all_lanes(ok))
-            self.b.end_loop()
-
-    def packed_value(self, group: list[Env], edge: bool) -> int:
-        """B's values for a vector of columns; on the edge panel each lane past N reads nothing (0)."""
-        if not edge:
-            return self.ctx.load_leaf(self.shape.b, group)
-        inside = [self.ctx.indexes.render_bool(env[self.shape.column] < self.n) for env in group]
-        return self.b.vectorize([self.ctx.load_leaf(self.shape.b, [env], valid)
-                                 for env, valid in zip(group, inside, strict=True)])
+    def and_bounded(self, ok: int | None, value: int) -> None:
+        """ok &= every lane of `value` is within the FMA bound (nothing when not fused)."""
+        if ok is not None:
+            self.b.assign(ok, self.b.alu(BinaryOps.MUL, (ok, self.bounded(value))))
 
     def row_groups(self, lo: int, hi: int) -> None:
         """Groups of MC rows of this batch's share: packed A and the rows' bound flags, then the

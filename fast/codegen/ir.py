@@ -26,6 +26,9 @@ Instruction set (`IROps`):
                 may render it as nothing at all.
 - `VECTORIZE`   srcs: n scalar values of one dtype T; its value is the vector `T.vec(n)` of them.
 - `GEP`         srcs: (vector,); arg: lane number; its value is that lane (a scalar).
+- `SHUFFLE`     srcs: (a, b), two vectors of one dtype `T.vec(n)`; arg: a tuple of n lane numbers in
+                [0, 2n) (i < n: lane i of a; n + i: lane i of b); its value is the `T.vec(n)` of those
+                lanes. Only the GEMM lowering makes it (codegen/gemm_loops.py, the transposing pack).
 
 Vectors: a value whose dtype has `count > 1` is a vector of that many lanes. CONST of a vector dtype
 is its scalar `arg` in every lane; ALU on vectors works lane by lane with the scalar semantics (every
@@ -58,7 +61,7 @@ from fast.ops import (
 class IROps(Enum):
     DEFINE_VAR = auto(); CONST = auto(); LOOP = auto(); ENDLOOP = auto(); INDEX = auto()  # noqa: E702
     LOAD = auto(); ALU = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); STORE = auto()  # noqa: E702
-    VECTORIZE = auto(); GEP = auto(); PREFETCH = auto()  # noqa: E702
+    VECTORIZE = auto(); GEP = auto(); PREFETCH = auto(); SHUFFLE = auto()  # noqa: E702
 
 
 class FusedOps(OpEnum):
@@ -164,8 +167,9 @@ class IRError(ValueError):
 INT64 = dtypes.int64
 BOOL = dtypes.bool
 VALUE_OPS = frozenset({IROps.DEFINE_VAR, IROps.CONST, IROps.LOOP, IROps.INDEX, IROps.LOAD, IROps.ALU,
-                       IROps.DEFINE_ACC, IROps.VECTORIZE, IROps.GEP})
-_PURE = frozenset({IROps.DEFINE_VAR, IROps.CONST, IROps.INDEX, IROps.LOAD, IROps.ALU, IROps.VECTORIZE, IROps.GEP})
+                       IROps.DEFINE_ACC, IROps.VECTORIZE, IROps.GEP, IROps.SHUFFLE})
+_PURE = frozenset({IROps.DEFINE_VAR, IROps.CONST, IROps.INDEX, IROps.LOAD, IROps.ALU, IROps.VECTORIZE, IROps.GEP,
+                   IROps.SHUFFLE})
 
 
 def same_const(a: ConstType, b: ConstType) -> bool:
@@ -277,6 +281,16 @@ def _memory_dtype(program: LinearProgram, where: str, instr: Instr, src_types: l
     return element if instr.op is IROps.LOAD else None
 
 
+def _shuffle_dtype(where: str, instr: Instr, src_types: list[DType]) -> DType:
+    """The dtype of a SHUFFLE: its operands' (two vectors of one dtype, n lane numbers in [0, 2n))."""
+    lanes = instr.arg
+    if len(src_types) != 2 or src_types[0] != src_types[1] or src_types[0].count == 1 \
+            or not isinstance(lanes, tuple) or len(lanes) != src_types[0].count \
+            or not all(isinstance(lane, int) and 0 <= lane < 2 * len(lanes) for lane in lanes):
+        raise IRError(f"{where}: lanes {lanes!r} of {[t.name for t in src_types]}")
+    return src_types[0]
+
+
 def _expected_dtype(program: LinearProgram, number: int, instr: Instr, src_types: list[DType]) -> DType | None:
     op, where = instr.op, f"%{number} {instr.op.name.lower()}"
     if op is IROps.PREFETCH:
@@ -305,6 +319,8 @@ def _expected_dtype(program: LinearProgram, number: int, instr: Instr, src_types
         if len(src_types) != 1 or not 0 <= instr.arg < src_types[0].count or src_types[0].count == 1:
             raise IRError(f"{where}: lane {instr.arg} of {[t.name for t in src_types]}")
         return src_types[0].scalar()
+    if op is IROps.SHUFFLE:
+        return _shuffle_dtype(where, instr, src_types)
     if op in (IROps.CONST, IROps.DEFINE_ACC):
         if not isinstance(instr.dtype, DType) or not same_const(normalize_const(instr.arg, instr.dtype.scalar()),
                                                                 instr.arg):

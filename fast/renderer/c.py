@@ -309,7 +309,7 @@ class _Kernel:
         return f"if ({a[1]}) {hint}" if len(a) == 2 else hint
 
     def expression(self, instr: Instr, types: list[DType], a: list[str]) -> str:
-        """The C expression of a value instruction (LOAD, INDEX, ALU, VECTORIZE, GEP)."""
+        """The C expression of a value instruction (LOAD, INDEX, ALU, VECTORIZE, GEP, SHUFFLE)."""
         dtype: DType = instr.dtype  # type: ignore[assignment]
         if instr.op is IROps.LOAD:
             if dtype.count > 1:
@@ -323,6 +323,8 @@ class _Kernel:
             return self.vectors.literal(a, dtype)
         if instr.op is IROps.GEP:
             return self.vectors.gep(types[0], a[0], instr.arg)
+        if instr.op is IROps.SHUFFLE:
+            return self.vectors.shuffle(dtype, a, instr.arg)
         if dtype.count > 1 and instr.arg is FusedOps.FMA:
             return self.vectors.fma(dtype, a, self.register_bytes)
         if dtype.count > 1 and instr.arg is UnaryOps.SQRT:

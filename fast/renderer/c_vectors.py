@@ -208,6 +208,17 @@ class VectorC:
         self.need(name, f"static inline {vtype} {name}({vtype} a, {vtype} b) {{ {body} }}\n")
         return f"{name}({a[0]}, {a[1]})"
 
+    def shuffle(self, dtype: DType, operands: list[str], lanes: tuple[int, ...]) -> str:
+        """Lanes of two vectors of `dtype` (IROps.SHUFFLE): `__builtin_shufflevector` where the compiler
+        has it (clang, GCC 12 and later), else GCC's `__builtin_shuffle` with a mask vector."""
+        vtype, mask = self.ctype(dtype), self.ctype(int_view(dtype))
+        self.need("vshuffle", "#if defined(__clang__) || __GNUC__ >= 12\n"
+                              "#define VSHUFFLE(mask, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)\n"
+                              "#else\n"
+                              "#define VSHUFFLE(mask, a, b, ...) __builtin_shuffle(a, b, (mask){__VA_ARGS__})\n"
+                              "#endif\n")
+        return f"(({vtype})VSHUFFLE({mask}, {operands[0]}, {operands[1]}, {', '.join(map(str, lanes))}))"
+
     def gep(self, dtype: DType, vector: str, lane: int) -> str:
         return f"({vector}[{lane}] != 0)" if dtype.scalar() == dtypes.bool else f"{vector}[{lane}]"
 

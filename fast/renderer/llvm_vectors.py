@@ -95,6 +95,11 @@ class VectorEmitter:
             vector = self.value(f"insertelement {t} {vector}, {lane} {token}, i32 {lane_number}")
         return vector
 
+    def shuffle(self, dtype: DType, tokens: list[str], lanes: tuple[int, ...]) -> str:
+        """Lanes of two vectors of `dtype` (IROps.SHUFFLE; every mask lane is a constant)."""
+        t, mask = llvm_type(dtype), ", ".join(f"i32 {lane}" for lane in lanes)
+        return self.value(f"shufflevector {t} {tokens[0]}, {t} {tokens[1]}, <{len(lanes)} x i32> <{mask}>")
+
     def gep(self, dtype: DType, token: str, lane: int) -> str:
         return self.value(f"extractelement {llvm_type(dtype)} {token}, i32 {lane}")
 

@@ -184,6 +184,8 @@ class _Kernel(AluEmitter):
             self.names[number] = self.vectors.vectorize(instr.dtype, a)  # type: ignore[arg-type]
         elif op is IROps.GEP:
             self.names[number] = self.vectors.gep(types[0], a[0], instr.arg)
+        elif op is IROps.SHUFFLE:
+            self.names[number] = self.vectors.shuffle(types[0], a, instr.arg)
         else:
             self.names[number] = self.alu(instr, types, a)
 

@@ -310,3 +310,45 @@ def test_batched_products_hint_the_next_batch(device: str, batch: int, m: int, k
     _check(np.asarray(flipped), a[::-1], expected_b)
     shrunk = xp.asarray(np.pad(a, ((0, 0), (0, 0), (0, 3))), device=device)[..., :k] @ rhs
     _check(np.asarray(shrunk), a, expected_b)
+
+
+def _transposes_b(out: xp.Array) -> bool:
+    """Whether the GEMM of `out` packs B through the transposing squares (SHUFFLE instructions)."""
+    return any(instr.op.name == "SHUFFLE" for instr in _gemm_program(out).instrs)  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("k_offset,extra_columns", [(-1, 5), (0, 0), (1, 5), (3, 0), (0, 7)])
+@pytest.mark.parametrize("squares", [1, 3])
+def test_b_stored_along_k_is_packed_in_squares(device: str, k_offset: int, extra_columns: int, squares: int) -> None:
+    """`a @ b.T` with b stored (N, K) (`pack_transposed`): K one less, equal, one and three more than
+    a whole number of lanes x lanes squares (the rest packed step by step), N with and without an edge
+    micro-panel (packed step by step), b flipped along N and shrunk from a wider array, float64 (its
+    own lane count); each bit for bit what the same values give stored (K, N), whose packing is a
+    plain copy: the same products, in the same order, fused in the same tiles. An element past the
+    FMA bound in a square leaves its panel unfused."""
+    lanes = OPTIONS.lanes(fast.dtypes.float32)
+    k, n = max(1, squares * lanes + k_offset), 3 * 2 * lanes + extra_columns
+    rng = np.random.default_rng(k * 31 + n)
+    a, b = _random(rng, (37, k)), _random(rng, (k, n))
+    x, y = xp.asarray(a, device=device), xp.asarray(b, device=device)
+    stored_nk = xp.asarray(np.ascontiguousarray(b.T), device=device)
+    assert _transposes_b(x @ stored_nk.mT) == (k >= lanes)
+    np.testing.assert_array_equal(np.asarray(x @ stored_nk.mT), np.asarray(x @ y))
+    _check(np.asarray(x @ stored_nk.mT), a, b)
+    flipped = xp.asarray(np.ascontiguousarray(b[:, ::-1].T), device=device)
+    np.testing.assert_array_equal(np.asarray(x @ xp.flip(flipped, axis=0).mT), np.asarray(x @ y))
+    wide = xp.asarray(np.pad(np.ascontiguousarray(b.T), ((0, 0), (2, 3))), device=device)[:, 2:2 + k]
+    np.testing.assert_array_equal(np.asarray(x @ wide.mT), np.asarray(x @ y))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    x64, y64 = xp.asarray(a64, device=device), xp.asarray(b64, device=device)
+    got64 = np.asarray(x64 @ xp.asarray(np.ascontiguousarray(b64.T), device=device).mT)
+    np.testing.assert_array_equal(got64, np.asarray(x64 @ y64))
+    big = b.copy()
+    big[k - 1, 1] = 3e38  # in the first panel's last square (or step)
+    got = np.asarray(x @ xp.asarray(np.ascontiguousarray(big.T), device=device).mT)
+    np.testing.assert_array_equal(got, np.asarray(x @ xp.asarray(big, device=device)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (a[:, :, None] * big[None, :, 1:2]).sum(axis=1, dtype=np.float32)[:, 0]
+    np.testing.assert_allclose(got[:, 1], want, rtol=1e-5)
