@@ -294,11 +294,13 @@ def _layout(dev: str, m: int, k: int, n: int, seed: int, layout: str, views: str
 def matmul_layouts(cfg: GenConfig) -> list[Program]:
     """On every device kind, matrix products large enough to be lowered as GEMMs (fast/codegen/gemm.py:
     at least 32 rows) in every layout (`a @ b`, `a @ b.T`, `a.T @ b`), on awkward sizes (primes, one
-    more and one less than the register tiles of 8 or 12 rows and 16 or 32 columns, K of 4 and 129),
-    through flipped and padded views, with a bias and ReLU after; and attention's batched products on
-    a head-split view: `q @ q.T` over (batch, heads) and `p @ v`."""
+    more and one less than the register tiles of 8 or 12 rows and 16 or 32 columns, K of 4 and 129;
+    K of 16, 47 and 129 also cover `a @ b.T`'s packing in squares of lanes x lanes with and without
+    steps left over, N = 64 with no edge micro-panel), through flipped and padded views, with a bias
+    and ReLU after; and attention's batched products on a head-split view: `q @ q.T` over (batch,
+    heads) and `p @ v`."""
     out = []
-    sizes = ((33, 5, 31), (37, 129, 17), (47, 4, 33), (97, 16, 65))
+    sizes = ((33, 5, 31), (37, 129, 17), (47, 4, 33), (97, 16, 65), (41, 47, 64))
     for dev in cfg.kinds:
         for number, (m, k, n) in enumerate(sizes):
             for layout in ("ab", "abt", "atb"):
