@@ -251,8 +251,7 @@ class _Emitter:
         value = self.ctx.load_leaf(self.shape.a, group)
         if self.packed_a is not None:
             self.b.store(self.packed_a.idx, self.packed_row_index(block, first, row), value)
-        if ok is not None:
-            self.b.assign(ok, self.b.alu(BinaryOps.MUL, (ok, self.bounded(value))))
+        self.and_bounded(ok, value)
 
     def column_vectors(self, edge: bool) -> list[tuple[int, int]]:
         """(first column within the micro-panel, width) of each accumulator of a row: `vectors`

@@ -12,8 +12,8 @@ Two ways to fill a micro-panel, the same values in the same places:
   per column, turned into vectors along N by `transpose` (n x log2(n) SHUFFLEs). Step by step, such a
   B costs a cache line of each of `lanes` columns per step, each line used again only `lanes` steps
   later; columns a power of two bytes apart share a cache set and the lines are gone by then
-  (perf, 1024 x 1024 `a @ b.T`: 13% of the kernel in that copy; 7% after). The K % lanes last steps
-  go step by step.
+  (perf, 1024 x 1024 `a @ b.T`: 13% of the kernel in that copy; in squares the micro-kernel's share
+  went from 82% to 89%, the shuffles take 2.4%). The K % lanes last steps go step by step.
 """
 from __future__ import annotations
 
