@@ -392,14 +392,20 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 def run_ast(device: Compiled, ast: LazyOp, inputs: list[np.ndarray], vals: tuple[int, ...] = (),
             noopt: bool | None = False, outputs: list[np.ndarray] | None = None) -> tuple[list[np.ndarray], str]:
-    """Lower `ast` for `device` (NOOPT set to `noopt`; None: as configured), verify, render, compile and
-    launch it on `outputs` then `inputs` (storage arrays in buffer order; `outputs` None: fresh zeros of
-    each output buffer, else the given arrays, their contents copied in too). Each output's result is
-    copied back into its array. Returns (outputs, source)."""
+    """Lower `ast` for `device` (NOOPT set to `noopt`; None: as configured), then `run_program`."""
     with nullcontext() if noopt is None else config.override(noopt=noopt):
         program = lower(ast, device.renderer.options)
+    return run_program(device, program, inputs, vals, outputs)
+
+
+def run_program(device: Compiled, program: LinearProgram, inputs: list[np.ndarray], vals: tuple[int, ...] = (),
+                outputs: list[np.ndarray] | None = None, source: str | None = None) -> tuple[list[np.ndarray], str]:
+    """Verify, render (or take `source`), compile and launch `program` on `outputs` then `inputs`
+    (storage arrays in buffer order; `outputs` None: fresh zeros of each output buffer, else the given
+    arrays, their contents copied in too). Each output's result is copied back into its array.
+    Returns (outputs, source)."""
     verify(program)
-    source = device.renderer.render(program)
+    source = device.renderer.render(program) if source is None else source
     kernel = device.runtime(program.name, device.compiler.compile_cached(source))
     if outputs is None:
         outputs = [np.zeros(b.size, b.dtype.storage_np) for b in program.buffers if b.is_output]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_values import private_cache
+from kernel_values import private_cache, run_program
 
 from fast import dtypes
 from fast.codegen.builder import IRBuilder
@@ -15,7 +15,6 @@ from fast.dtype import DType
 from fast.renderer.base import CPU_VECTOR_CASTS, CPU_VECTOR_OPS
 from fast.runtime import clang, cpu, llvm
 from fast.runtime.base import Compiled
-from fast.runtime.launch import launch
 
 I64 = dtypes.int64
 GROUPS = 3
@@ -53,22 +52,6 @@ def shuffle_program(dtype: DType, lanes: int) -> tuple[LinearProgram, list[tuple
     return LinearProgram(f"shuffle_{dtype.name}_{lanes}", tuple(builder.instrs), tuple(buffers)), chosen
 
 
-def run(device: Compiled, program: LinearProgram, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], str]:
-    verify(program)
-    source = device.renderer.render(program)
-    kernel = device.runtime(program.name, device.compiler.compile_cached(source))
-    outputs = [np.zeros(b.size, b.dtype.np) for b in program.buffers if b.is_output]
-    handles = []
-    for array in [*outputs, *inputs]:
-        handle = device.allocator.alloc(array.nbytes)
-        device.allocator.copyin(handle, np.ascontiguousarray(array).data.cast("B"))
-        handles.append(handle)
-    launch(kernel, handles, (), program.threaded, 0)
-    for array, handle in zip(outputs, handles, strict=False):
-        device.allocator.copyout(array.data.cast("B"), handle)
-    return outputs, source
-
-
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64, dtypes.int32], ids=lambda d: d.name)
 @pytest.mark.parametrize("narrower", [1, 2])
 def test_shuffles_give_the_chosen_lanes(device: Compiled, dtype: DType, narrower: int) -> None:
@@ -77,7 +60,7 @@ def test_shuffles_give_the_chosen_lanes(device: Compiled, dtype: DType, narrower
     assert sum(instr.op is IROps.SHUFFLE for instr in program.instrs) == len(chosen)
     a = (np.arange(lanes * GROUPS) * 3 + 1).astype(dtype.np)
     b = -(np.arange(lanes * GROUPS) * 5 + 2).astype(dtype.np)
-    outputs, source = run(device, program, [a, b])
+    outputs, source = run_program(device, program, [a, b])
     both = np.concatenate([a.reshape(GROUPS, lanes), b.reshape(GROUPS, lanes)], axis=1)
     for mask, got in zip(chosen, outputs, strict=True):
         np.testing.assert_array_equal(got.reshape(GROUPS, lanes), both[:, list(mask)], err_msg=f"mask {mask}")
@@ -129,15 +112,8 @@ def test_the_fallback_for_gcc_before_12_gives_the_same_lanes(tmp_path_factory: p
         source = device.renderer.render(program)
         forced = source.replace("__GNUC__ >= 12", "0")
         assert forced != source
-        kernel = device.runtime(program.name, device.compiler.compile_cached(forced))
         a, b = np.arange(24, dtype=np.float32), -np.arange(24, dtype=np.float32) - 1
-        handles = [device.allocator.alloc(96) for _ in range(len(chosen))]
-        for array in (a, b):
-            handles.append(device.allocator.alloc(array.nbytes))
-            device.allocator.copyin(handles[-1], array.data.cast("B"))
-        launch(kernel, handles, (), program.threaded, 0)
+        outputs, _ = run_program(device, program, [a, b], source=forced)
         both = np.concatenate([a.reshape(GROUPS, 8), b.reshape(GROUPS, 8)], axis=1)
-        for mask, handle in zip(chosen, handles, strict=False):
-            got = np.zeros(24, np.float32)
-            device.allocator.copyout(got.data.cast("B"), handle)
+        for mask, got in zip(chosen, outputs, strict=True):
             np.testing.assert_array_equal(got.reshape(GROUPS, 8), both[:, list(mask)])
