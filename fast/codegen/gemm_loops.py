@@ -32,7 +32,7 @@ from fast.codegen.gemm import (
     match,
     stores_columns_contiguously,
 )
-from fast.codegen.gemm_pack import pack_columns, transposes
+from fast.codegen.gemm_pack import pack_columns
 from fast.codegen.gemm_prefetch import next_batch_hints
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
@@ -55,7 +55,6 @@ class _Emitter:
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
         self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
-        self.transposing = transposes(shape, tiles)  # B stored along K: packed in squares (gemm_pack.py)
         self.a_stride = packed_row_stride(self.k, self.dtype.itemsize, tiles.lanes)
         self.packed_a = self.scratch(self.dtype, self.a_stride * tiles.group_rows) if self.pack_a else None
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None

@@ -33,12 +33,14 @@ def transposes(shape: GemmShape, tiles: GemmTiles) -> bool:
 
 def pack_columns(emitter: Any) -> None:
     """Pack B's columns of the emitter's current column block, each micro-panel's bound flag beside
-    (when fused): full micro-panels in squares when `emitter.transposing`, the rest step by step."""
+    (when fused): full micro-panels in squares when B is stored along K (`transposes`), the rest step
+    by step."""
     e = emitter
+    squares = transposes(e.shape, e.tiles)
     for edge in (False, True) if e.n % e.tiles.columns else (False,):
         panel = e.loop("pack", *e.panel_range(edge), e.all_panels - 1)
         ok = e.b.define_acc(True, dtypes.bool.vec(e.tiles.lanes)) if e.fused else None
-        first = pack_transposed(e, panel, ok) if e.transposing and not edge else 0
+        first = pack_transposed(e, panel, ok) if squares and not edge else 0
         if first < e.k:
             pack_steps(e, panel, edge, ok, first)
         if ok is not None and e.panel_ok is not None:
