@@ -1,4 +1,6 @@
-"""Hints for the next batch of a batched GEMM (codegen/gemm_loops.py), spread over this batch's steps.
+"""Prefetch hints of a GEMM's micro-kernel (codegen/gemm_loops.py): the next block's rows of an
+unpacked A (`spread_hint`), and the next batch of a batched GEMM (`next_batch_hints`), both spread
+over the steps.
 
 A batched matmul (attention's `q @ k.T` and `p @ v`: 384 small products, K = 32 or 128) starts each
 batch by reading rows of A and B it has never touched: the bound check of A's rows and the packing of
@@ -6,7 +8,7 @@ B's columns each waited for hundreds of cache lines from memory, about a third o
 one core. So while a batch computes, every micro-kernel step may hint one line of the next batch's A
 and one of its B: step `g` of the batch (tile `panel * blocks + block`, step `k` within it) hints
 line `g // every` of each operand, where `every` (a power of two) spreads the lines evenly over the
-steps; a burst of hints would fill the core's miss buffers and stall it (gemm_loops.prefetch_spread).
+steps; a burst of hints would fill the core's miss buffers and stall it (`spread_hint`).
 
 Line `h` of an operand is row `h // per_row` (A's rows, B's columns), elements `(h % per_row) * line`
 onwards along K: one line each where K is the contiguous axis, a part of one otherwise. Each hint is
@@ -18,6 +20,33 @@ from __future__ import annotations
 from typing import Any
 
 from fast.shape.symbolic import Node, NumNode, Variable, sym_and
+
+
+def spread_steps(emitter: Any) -> int:
+    """How many first steps of the micro-kernel issue a `spread_hint`: step k hints column
+    (k // MR) * line of a row, so none past MR x (lines of a row); 0 when A is packed or hints are off."""
+    if emitter.packed_a is not None or not emitter.prefetch:
+        return 0
+    line = max(1, 64 // emitter.dtype.itemsize)
+    return min(emitter.k, emitter.tiles.rows * -(-emitter.k // line))
+
+
+def spread_hint(emitter: Any, block: Variable, step: Node) -> None:
+    """Unpacked A: step k of the micro-kernel hints one cache line of the next block's rows, line k
+    of them (row k % MR, columns from (k // MR) * line), so the next block streams in while this one
+    computes, one line per step. Rows that stream from memory once each (a linear layer's W on a few
+    tokens, attention's `p @ v`) are too short for the hardware prefetchers to find; a burst of hints
+    before the tile would fill the core's miss buffers and stall it (`p @ v`, one core: about 52
+    GFLOP/s with a burst, 62-66 spread, 45-52 without). With K < MR x lines per row, the hints cover
+    the first rows only. Each hint is guarded by the row and the column existing: only addresses the
+    kernel reads."""
+    shape, line, rows = emitter.shape, max(1, 64 // emitter.dtype.itemsize), emitter.tiles.rows
+    following = block * rows + rows + step % rows
+    column = (step // rows) * line
+    env = {**emitter.env, **emitter.split(shape.rows, following), shape.reduce: column}
+    index, valid = shape.a.arg.st.expr_idxs([env.get(axis, NumNode(0)) for axis in range(len(shape.sizes))])
+    inside = emitter.ctx.indexes.render_bool(sym_and([following < emitter.m, column < emitter.k]))
+    emitter.b.prefetch(shape.a.arg.idx, emitter.render(index), emitter.ctx.indexes.both(inside, valid))
 
 
 def hint_spacing(steps: int, lines: int) -> int:
@@ -44,16 +73,35 @@ def _operand_lines(emitter: Any, operand: Any, other: tuple[int, ...], others: i
     return None
 
 
-def next_batch_hints(emitter: Any, batch: Variable, panel: Variable, block: Variable, step: Variable) -> None:
-    """Hint the lines of the next batch's A and B due at this step (module docstring)."""
-    shape, b = emitter.shape, emitter.b
+def _walks(emitter: Any) -> tuple[list[tuple[Any, tuple[int, ...], tuple[int, bool, int]]], int]:
+    """The operands whose next batch is hinted, each with its walk (`_operand_lines`), and the hint
+    spacing `every` (`hint_spacing` over the batch's steps); no walks when neither can be walked."""
+    shape = emitter.shape
     line = max(1, 64 // emitter.dtype.itemsize)
     operands = [(shape.a, shape.rows, emitter.m), (shape.b, (shape.column,), emitter.n)]
     walks = [(operand, axes, walk) for operand, axes, count in operands
              if (walk := _operand_lines(emitter, operand, axes, count, line)) is not None]
+    lines = max((walk[0] for _, _, walk in walks), default=1)
+    return walks, hint_spacing(emitter.all_panels * emitter.blocks * emitter.k, lines)
+
+
+def batch_hint_spacing(emitter: Any) -> int:
+    """`every` of this GEMM's next-batch hints (one hint per operand every `every` steps of a batch,
+    at the steps that are multiples of it; a tile starts at a multiple of K steps), or 0 when it is
+    not batched or neither operand can be walked."""
+    if not emitter.shape.batch:
+        return 0
+    walks, every = _walks(emitter)
+    return every if walks else 0
+
+
+def next_batch_hints(emitter: Any, batch: Variable, panel: Variable, block: Variable, step: Node) -> None:
+    """Hint the lines of the next batch's A and B due at this step (module docstring)."""
+    shape, b = emitter.shape, emitter.b
+    line = max(1, 64 // emitter.dtype.itemsize)
+    walks, every = _walks(emitter)
     if not walks:
         return
-    every = hint_spacing(emitter.all_panels * emitter.blocks * emitter.k, max(walk[0] for _, _, walk in walks))
     position = (panel * emitter.blocks + block) * emitter.k + step
     hint = position // every
     following = batch + 1

@@ -352,3 +352,54 @@ def test_b_stored_along_k_is_packed_in_squares(device: str, k_offset: int, extra
     with np.errstate(over="ignore", invalid="ignore"):
         want = (a[:, :, None] * big[None, :, 1:2]).sum(axis=1, dtype=np.float32)[:, 0]
     np.testing.assert_allclose(got[:, 1], want, rtol=1e-5)
+
+
+def _micro_kernel_loops(program: object) -> list[list[int]]:
+    """Per loop whose own body (nested loops aside) multiplies and adds float32 (a micro-kernel's K
+    loop, fused or not): the buffer of each PREFETCH in its own body."""
+    open_loops: list[tuple[bool, list[int]]] = []
+    found: list[list[int]] = []
+    for instr in program.instrs:  # type: ignore[attr-defined]
+        name = instr.op.name
+        if name == "LOOP":
+            open_loops.append((False, []))
+        elif name == "ENDLOOP":
+            multiplies, hints = open_loops.pop()
+            if multiplies:
+                found.append(hints)
+        elif open_loops and name == "PREFETCH":
+            open_loops[-1][1].append(instr.arg)
+        elif open_loops and name == "ALU" and getattr(instr.arg, "name", "") in ("FMA", "MUL") \
+                and instr.dtype.scalar() == fast.dtypes.float32:  # not the bound flags' bool products
+            open_loops[-1] = (True, open_loops[-1][1])
+    return found
+
+
+@pytest.mark.skipif(not TILES_KNOWN or not OPTIONS.prefetch, reason="this host's renderer has no GEMM tiles or hints")
+@pytest.mark.parametrize("device", DEVICES)
+def test_hints_sit_where_they_are_due(device: str) -> None:
+    """gemm_loops `products` on attention's two products (6 heads of 128 tokens, d = 32):
+    - `q @ k.T` (K = 32): the next batch's hints are due at a tile's first step only, so they come
+      before the K loop: no K loop hints B, and the steps past the spread hints of A's next rows
+      (MR x 2 lines of a row) run in a K loop with no hint at all;
+    - `p @ v` (K = 128): the next batch's hints stay in the K loop (one every few steps), and the
+      K loop is cut where the spread hints end: its second part hints one line fewer of A per step.
+    The values agree."""
+    rng = np.random.default_rng(5)
+    q, k, v = (_random(rng, (6, 128, 32)) for _ in range(3))
+    p = _random(rng, (6, 128, 128))
+    qx, kx, vx, px = (xp.asarray(value, device=device) for value in (q, k, v, p))
+    scores, context = qx @ xp.matrix_transpose(kx), px @ vx
+    a_buffer, b_buffer = 1, 2  # the kernel's buffers: the output, then A, then B
+    for out in (scores, context):
+        loops = _micro_kernel_loops(_gemm_program(out))
+        assert loops and len(loops) % 2 == 0  # fused and unfused tiles, each K loop in two parts
+        if out is scores:
+            assert all(b_buffer not in hints for hints in loops)
+            assert any(not hints for hints in loops)
+        else:
+            assert all(b_buffer in hints for hints in loops)
+            counts = [hints.count(a_buffer) for hints in loops]
+            assert counts[0::2] == [count + 1 for count in counts[1::2]]
+    _check(np.asarray(scores), q, np.swapaxes(k, -1, -2))
+    _check(np.asarray(context), p, v)
