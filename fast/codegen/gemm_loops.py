@@ -62,9 +62,9 @@ class _Emitter:
         looped = epilogue_size(ctx.info) > UNROLLED_EPILOGUE_MAX or not stores_columns_contiguously(ctx.info, shape)
         self.tile = self.scratch(self.dtype, tiles.rows * tiles.columns) if looped else None
         self.group_start = -1  # IR value: the first block of rows of the current group (packed A's origin)
-        self.column_block: Variable | None = None
+        self.column_block: Node | None = None
         self.env: Env = {}  # the batch axes, set while emitting
-        self.batch: Variable | None = None  # the batch loop's counter, set while emitting
+        self.batch: Node | None = None  # the batch of the current unit, set while emitting
 
     # -- small IR helpers
     def scratch(self, dtype: DType, size: int) -> BufferInfo:
@@ -126,21 +126,25 @@ class _Emitter:
 
     # -- the loops
     def run(self) -> None:
-        start, end = self.share(self.shape.size(self.shape.batch) * self.blocks)
+        """The share's units, in order: (batch, column block, block of rows), rows fastest. For each
+        (batch, column block) it holds: that block of B packed, then its rows. A share that splits
+        the column blocks (a product with several, threaded) packs each of its blocks of B once and
+        none of another share's, where splitting rows alone made every thread pack all of B."""
+        batches = self.shape.size(self.shape.batch)
+        column_blocks = -(-self.all_panels // self.tiles.panels)
+        start, end = self.share(batches * column_blocks * self.blocks)
         blocks = self.const(self.blocks)
         first = self.b.index(IndexOps.NONNEG_DIV, start, blocks)
         last = self.b.index(IndexOps.NONNEG_DIV, self.b.index(IndexOps.ADD, end, self.const(self.blocks - 1)), blocks)
-        batch = self.loop("batch", first, last, self.shape.size(self.shape.batch) - 1)
-        self.batch = batch
-        self.env = self.split(self.shape.batch, batch) if self.shape.batch else {}
-        origin = self.render(batch * self.blocks)
-        lo = self.maximum(self.sub(start, origin), self.const(0))  # lo <= hi: the share's blocks of this batch
+        pair = self.loop("bj", first, last, batches * column_blocks - 1)
+        self.batch = pair // column_blocks
+        self.column_block = pair % column_blocks
+        self.env = self.split(self.shape.batch, self.batch) if self.shape.batch else {}
+        origin = self.render(pair * self.blocks)
+        lo = self.maximum(self.sub(start, origin), self.const(0))  # lo <= hi: the share's blocks of rows here
         hi = self.minimum(self.sub(end, origin), blocks)
-        column_blocks = -(-self.all_panels // self.tiles.panels)
-        self.column_block = self.loop("jc", self.const(0), self.const(column_blocks), column_blocks - 1)
         pack_columns(self)
         self.row_groups(lo, hi)
-        self.b.end_loop()
         self.b.end_loop()
 
     def share(self, units: int) -> tuple[int, int]:
@@ -382,8 +386,9 @@ def packed_row_stride(k: int, itemsize: int, lanes: int) -> int:
 def plan(info: KernelInfo, options: RendererOptions) -> Callable[[Any], tuple[tuple[BufferInfo, ...], int]] | None:
     """A function that lowers this kernel as a GEMM into a lowering context, returning (scratch
     arrays, chunks per thread), or None when the kernel is not matmul-shaped (then opt.py plans it).
-    Without batch axes every chunk of a threaded launch packs all of B again, so such a kernel asks
-    for one chunk per thread (`LinearProgram.chunks_per_thread`)."""
+    Without batch axes every chunk of a threaded launch packs each column block of B it touches
+    again (all of B when there is one block), so such a kernel asks for one chunk per thread
+    (`LinearProgram.chunks_per_thread`)."""
     shape = match(info, options)
     tiles = choose_tiles(shape, options) if shape is not None else None
     if shape is None or tiles is None:

@@ -95,7 +95,7 @@ def batch_hint_spacing(emitter: Any) -> int:
     return every if walks else 0
 
 
-def next_batch_hints(emitter: Any, batch: Variable, panel: Variable, block: Variable, step: Node) -> None:
+def next_batch_hints(emitter: Any, batch: Node, panel: Variable, block: Variable, step: Node) -> None:
     """Hint the lines of the next batch's A and B due at this step (module docstring)."""
     shape, b = emitter.shape, emitter.b
     line = max(1, 64 // emitter.dtype.itemsize)

@@ -120,6 +120,30 @@ def test_bits_do_not_depend_on_threads(device: str) -> None:
     _check(results[0], a, b, bias)
 
 
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,m,k,n", [(1, 37, 300, 1800), (2, 13, 257, 2100), (1, 6, 520, 1030)])
+def test_column_blocks_split_between_threads(device: str, batch: int, m: int, k: int, n: int) -> None:
+    """B packs into more than one column block (`SCRATCH_BYTES`): a share's units run in the order
+    (batch, column block, rows), so shares may split the column blocks. With any thread count, on
+    poisoned memory (an output no share writes reads NaN), every output is written, bit for bit
+    the same, and agrees with the specified sum."""
+    rng = np.random.default_rng(m + k + n)
+    a, b = _random(rng, (batch, m, k)), _random(rng, (batch, k, n))
+    x, y = xp.asarray(a, device=device), xp.asarray(b, device=device)
+    info = analyze([item for item in fast.schedule((x @ y).lazy) if item.ast.op.name == "SINK"][-1].ast)
+    shape = gemm.match(info, OPTIONS)
+    tiles = gemm.choose_tiles(shape, OPTIONS) if shape is not None else None
+    assert tiles is not None and tiles.panels * tiles.columns < n  # two column blocks or more
+    results = []
+    for threads in (1, 2, 3, 5, 8):
+        with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
+            results.append(np.asarray(xp.asarray(a, device=device) @ xp.asarray(b, device=device)))
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+    _check(results[0], a, b)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_overflowing_products_run_unfused(device: str) -> None:
     """Products that overflow must be infinities in the sum (codegen/fma.py): the tiles holding
