@@ -326,8 +326,8 @@ class _Emitter:
 
         Prefetch hints sit where they can be due, not behind a guard evaluated at every step: the
         next batch's hints, when due only at a tile's step 0 (their spacing a multiple of K), go
-        before the loop; the steps past the last spread hint (gemm_prefetch.spread_steps) run in a loop of their
-        own without it. The steps and their order are the same either way. GCC does not prove such
+        before the loop; the steps past the last spread hint (gemm_prefetch.spread_steps) run in a
+        loop of their own without it. The steps and their order are the same either way. GCC does not prove such
         guards false inside the loop (LLVM did): `q @ k.T` (K = 32) on CLANG went from 131 to 160-164
         GFLOP/s, and `p @ v` (K = 128) from 118-120 to 137-146 on CLANG, 146-152 on LLVM (Zen 3)."""
         batch = self.batch if self.prefetch else None

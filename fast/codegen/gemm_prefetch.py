@@ -22,13 +22,17 @@ from typing import Any
 from fast.shape.symbolic import Node, NumNode, Variable, sym_and
 
 
+def _line(emitter: Any) -> int:
+    """Elements of the GEMM's dtype in one 64-byte cache line."""
+    return max(1, 64 // emitter.dtype.itemsize)
+
+
 def spread_steps(emitter: Any) -> int:
     """How many first steps of the micro-kernel issue a `spread_hint`: step k hints column
     (k // MR) * line of a row, so none past MR x (lines of a row); 0 when A is packed or hints are off."""
     if emitter.packed_a is not None or not emitter.prefetch:
         return 0
-    line = max(1, 64 // emitter.dtype.itemsize)
-    return min(emitter.k, emitter.tiles.rows * -(-emitter.k // line))
+    return min(emitter.k, emitter.tiles.rows * -(-emitter.k // _line(emitter)))
 
 
 def spread_hint(emitter: Any, block: Variable, step: Node) -> None:
@@ -40,7 +44,7 @@ def spread_hint(emitter: Any, block: Variable, step: Node) -> None:
     GFLOP/s with a burst, 62-66 spread, 45-52 without). With K < MR x lines per row, the hints cover
     the first rows only. Each hint is guarded by the row and the column existing: only addresses the
     kernel reads."""
-    shape, line, rows = emitter.shape, max(1, 64 // emitter.dtype.itemsize), emitter.tiles.rows
+    shape, line, rows = emitter.shape, _line(emitter), emitter.tiles.rows
     following = block * rows + rows + step % rows
     column = (step // rows) * line
     env = {**emitter.env, **emitter.split(shape.rows, following), shape.reduce: column}
@@ -76,8 +80,7 @@ def _operand_lines(emitter: Any, operand: Any, other: tuple[int, ...], others: i
 def _walks(emitter: Any) -> tuple[list[tuple[Any, tuple[int, ...], tuple[int, bool, int]]], int]:
     """The operands whose next batch is hinted, each with its walk (`_operand_lines`), and the hint
     spacing `every` (`hint_spacing` over the batch's steps); no walks when neither can be walked."""
-    shape = emitter.shape
-    line = max(1, 64 // emitter.dtype.itemsize)
+    shape, line = emitter.shape, _line(emitter)
     operands = [(shape.a, shape.rows, emitter.m), (shape.b, (shape.column,), emitter.n)]
     walks = [(operand, axes, walk) for operand, axes, count in operands
              if (walk := _operand_lines(emitter, operand, axes, count, line)) is not None]
@@ -97,8 +100,7 @@ def batch_hint_spacing(emitter: Any) -> int:
 
 def next_batch_hints(emitter: Any, batch: Node, panel: Variable, block: Variable, step: Node) -> None:
     """Hint the lines of the next batch's A and B due at this step (module docstring)."""
-    shape, b = emitter.shape, emitter.b
-    line = max(1, 64 // emitter.dtype.itemsize)
+    shape, b, line = emitter.shape, emitter.b, _line(emitter)
     walks, every = _walks(emitter)
     if not walks:
         return
