@@ -44,7 +44,7 @@ MIN_COSINE = 0.99999  # issue 26: every sentence's embedding within this cosine 
 MIN_ROUNDS = 9  # odd: the median is a round's time; 5 left one slow stretch of the host as the median
 FIRST_CALL_WORKLOAD = "minilm_1x16"  # its rows also time the first call in new processes (bench/first_call.py)
 KERNELS_MIN_TOKENS = 1024  # the matmul kernels are timed alone (bench/minilm_kernels.py) at this many tokens and more
-PAUSE_S = 0.1  # before each timed call, untimed: the previous system's spinning threads go idle first
+PAUSE_S = 0.15  # before each timed call, untimed: the previous system's threads go idle (OpenBLAS: 0.11 s)
 _MODEL: dict[str, Any] = {}  # the shared setup, made on first use
 
 

@@ -83,10 +83,13 @@ def as_dict(budget: Budget) -> dict[str, Any]:
     return asdict(budget)
 
 
-#: Blocks per system in `blocks`, and the untimed pause before each block (OpenBLAS's threads spin
-#: about 2**28 cycles after a call, under 0.1 s on current cores).
+#: Blocks per system in `blocks`, and the untimed pause before each block. OpenBLAS's threads keep
+#: spinning after a call: on the Zen 3 EPYC of session 9 for 0.11 s (process CPU time sampled every
+#: 10 ms after ten 512 products: a core's worth for eleven samples, then nothing), so a pause of 0.1 s
+#: let the block that follows numpy's (`fast` CLANG when torch is not a peer) start beside a spinning
+#: thread. 0.15 s covers it.
 BLOCKS = 4
-PAUSE_S = 0.1
+PAUSE_S = 0.15
 
 
 def blocks(calls: Sequence[Callable[[], Any]], budget: Budget, count: int = BLOCKS,
