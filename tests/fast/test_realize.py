@@ -1,6 +1,7 @@
 """Running schedules on CLANG: values against numpy, devices and copies, caches, DEBUG lines, to_numpy."""
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -233,3 +234,29 @@ def test_symbolic_views_whose_index_numerators_can_be_negative(device: str) -> N
                 n = package.Variable("n", 2, 7).bind(value)
                 results.append(package.to_numpy(view(package.from_numpy(data, device), n)))
             np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_realizing_buffers_that_hold_values_schedules_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """realize() of realized bases and their views returns before the replay and the scheduler
+    (to_numpy asks for it twice per read), and still refuses a view whose memory an assign overwrote."""
+    realize_module = importlib.import_module("fast.engine.realize")  # (the package attribute is the function)
+
+    def refuse(*_: Any) -> Any:
+        raise AssertionError("scheduled buffers that hold values")
+
+    base = from_numpy(X, "CLANG")
+    fast.realize(base)
+    view = base.shrink(((0, 2), (1, 3), (0, 5)))
+    with monkeypatch.context() as patch:
+        patch.setattr(realize_module, "plan_schedule", refuse)
+        patch.setattr(realize_module.replay, "prepare", refuse)
+        fast.realize(base, view)
+        np.testing.assert_array_equal(to_numpy(base), X)
+    np.testing.assert_array_equal(to_numpy(view), X[:2, 1:3])
+    target = from_numpy(np.arange(4, dtype=np.int32), "CLANG")
+    fast.realize(target)
+    stale = target.shrink(((1, 3),))
+    fast.realize(target.assign(target.const(5, (4,)).contiguous()))
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        fast.realize(stale)
+    np.testing.assert_array_equal(to_numpy(target), [5, 5, 5, 5])
