@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -227,3 +228,57 @@ def test_a_worker_polls_longer_after_a_short_idle_spell(team: workers.Crew, monk
         return list(asked)
     assert max(run(500)) == 500
     assert max(run(1_000_000)) > 500
+
+
+class _IdleLoops:
+    """Stands in for the native loops of one worker: every polling window ends with nothing to do
+    (`serve` returns the generation it was given); counts the windows; `park` blocks the thread."""
+
+    def __init__(self) -> None:
+        self.windows = 0
+        self.parked = False
+
+    def serve(self, address: int, board: int, seen: int, first: int, limit: int) -> int:
+        while self.parked:
+            threading.Event().wait()  # the test is over: the daemon thread stays here
+        self.windows += 1
+        time.sleep(0.0005)
+        return seen
+
+
+def _eventually(condition: object, what: str) -> None:
+    deadline = time.perf_counter() + 10
+    while not condition() and time.perf_counter() < deadline:  # type: ignore[operator]
+        time.sleep(0.001)
+    assert condition(), what  # type: ignore[operator]
+
+
+def test_workers_keep_polling_while_a_kernel_sequence_runs() -> None:
+    """The native sequence posts each kernel's chunks with no doorbell, so a worker must not fall
+    asleep while the crew's `in_sequence` is set (it would stay asleep until its doorbell's timeout,
+    and the caller would run every chunk alone); once the sequence ends it sleeps as before."""
+    loops = _IdleLoops()
+    state = workers.CrewState()
+    state.in_sequence = True
+    worker = workers._Worker(loops, np.zeros(workers.BOARD_WORDS, dtype=np.int64), state)  # type: ignore[arg-type]
+    try:
+        _eventually(lambda: loops.windows >= 20, "the worker stopped polling during the sequence")
+        assert not worker.asleep
+        state.in_sequence = False
+        _eventually(lambda: worker.asleep, "the worker did not sleep after the sequence")
+    finally:
+        loops.parked = True
+        worker.doorbell.set()
+
+
+def test_a_sequence_sets_and_clears_the_crews_state(team: workers.Crew, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Crew.sequence` marks the crew as in a sequence exactly while the native program runs."""
+    seen: list[bool] = []
+
+    def program(board: int, words: int, steps: int, wait_polls: int) -> int:
+        seen.append(team.state.in_sequence)
+        return team.generation
+    monkeypatch.setattr(team, "loops", types.SimpleNamespace(program=program))  # (Natives is frozen)
+    with team.lock:
+        team.sequence(0, 0)
+    assert seen == [True] and not team.state.in_sequence
