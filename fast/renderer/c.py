@@ -84,6 +84,8 @@ class CDialect:
     - `vectors`: GCC/clang vector extensions are available (else vector dtypes are an error);
     - `store_fence`: the statement ending a kernel that streamed stores;
     - `prefetch`: the statement hinting that `{pointer}` is read soon ("": PREFETCH renders nothing);
+    - `int_max`: an integer MAX of `{0}` and `{1}` (`{utype}`: the unsigned type of the operands'
+      width, `{bias}`: its sign bit for a signed type, else 0);
     - GPU dialects only (renderer/c_grid.py), int64 expressions: `thread` (this thread in its
       block), `threads` (threads per block), `block` (this block), `blocks` (blocks in the grid);
       `barrier`: the statement that waits for every thread of the block; `shared`: the qualifier of
@@ -96,6 +98,7 @@ class CDialect:
     vectors: bool
     store_fence: str
     prefetch: str = ""
+    int_max: str = "({0} > {1} ? {0} : {1})"
     thread: str = ""
     threads: str = ""
     block: str = ""
@@ -165,7 +168,9 @@ class _Kernel:
             self.need(f"divmod_{dtype.name}", _int_helpers(dtype))
             return f"{'div' if op is BinaryOps.DIV else 'mod'}_{suffix(dtype)}({a[0]}, {a[1]})"
         if op is BinaryOps.MAX:
-            return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+            unsigned = ctype if ctype.startswith("u") else f"u{ctype}"
+            bias = 0 if ctype.startswith("u") else 1 << (8 * dtype.itemsize - 1)
+            return self.dialect.int_max.format(a[0], a[1], utype=unsigned, bias=f"{bias:#x}ull")
         if op is BinaryOps.XOR:
             return f"({ctype})({a[0]} ^ {a[1]})"
         raise ValueError(f"C renderer: {op} is not defined for {dtype.name}")

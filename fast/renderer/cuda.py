@@ -3,7 +3,9 @@
 The C renderer (renderer/c.py) writes it: CUDA C differs from C only in `CUDA_DIALECT`, a value, so
 every rule of docs/semantics.md is the C renderer's rule, unchanged (half floats as uint16 bit
 patterns with the software conversions, total integer division, range-checked float -> int casts,
-NaN-propagating MAX, bitcasts through `memcpy`, int64 indices). NVRTC compiles it with
+NaN-propagating MAX, bitcasts through `memcpy`, int64 indices), but for integer MAX, written as an
+unsigned comparison with the sign bit flipped (`CUDA_DIALECT.int_max`: NVRTC 13.0 miscompiled the
+plain form). NVRTC compiles it with
 `--fmad=false --ftz=false --prec-div=true --prec-sqrt=true` (runtime/nvrtc.py): no FMA contraction
 (MULACC is two roundings), subnormals kept, IEEE division and square root, like the C compilers' flags.
 
@@ -57,6 +59,10 @@ CUDA_DIALECT = CDialect(
     blocks="(int64_t)gridDim.x",
     barrier="__syncthreads();",
     shared="__shared__",
+    # integer MAX compared as unsigned with the sign bit flipped: NVRTC 13.0's optimized build turned
+    # max(-a, max(-b, -c)) written as `x > y ? x : y` into a wrong value (int32 row [57, 17, 49]: 17,
+    # not -17; right with -G or ptxas -O0), and this form it compiles right
+    int_max="((({utype}){0} ^ {bias}) > (({utype}){1} ^ {bias}) ? {0} : {1})",
 )
 
 #: Threads per block of a kernel whose parallel loops have at least this many iterations, and of a

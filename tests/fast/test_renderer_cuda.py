@@ -305,3 +305,25 @@ def test_nvrtc_compiles_every_helper_and_never_fuses_multiply_add(arch):
         ptx = compile_cuda(RENDERER.render(program), arch).ptx.decode()
         assert ".entry " + program.name in ptx or f".entry {program.name}(" in ptx
         assert "fma." not in ptx, program.name  # --fmad=false: a*b+c stays two roundings
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")  # run_emulated's NaN fill
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32])
+def test_integer_max_is_an_unsigned_comparison_with_the_sign_bit_flipped(emulation, dtype):
+    """NVRTC 13.0's optimized build got max over a row of negated int32s wrong when MAX was written
+    `a > b ? a : b` (row [57, 17, 49]: 17, not -17, on an H200; right with -G): CUDA writes integer MAX
+    as an unsigned comparison with the sign bit flipped (0 for unsigned types), the C renderer keeps
+    the plain form. Values here come from the emulation (g++); on a GPU the conformance suite checks."""
+    rows = np.array([[57, 17, 49], [65, 26, -77], [60, -25, -32], [0, -1, 1]])
+    if np.issubdtype(dtype, np.unsignedinteger):
+        rows = np.abs(rows)
+    data = rows.astype(dtype)
+    x = fast.from_numpy(data, "CLANG")
+    program = only(x.e(BinaryOps.MUL, x.const(-1)).r(ReduceOps.MAX, (1,)))
+    bits = np.dtype(dtype).itemsize * 8
+    bias = 0 if np.issubdtype(dtype, np.unsignedinteger) else 1 << (bits - 1)
+    source = RENDERER.render(program)
+    assert f"^ {bias:#x}ull) >" in source
+    assert "ull) >" not in CRenderer(cuda_options()).render(program)
+    want = (data * np.array(-1).astype(dtype)).max(1)  # (modular for unsigned types, as x.const(-1) is)
+    np.testing.assert_array_equal(run_emulated(emulation, program, [data.reshape(-1)]).reshape(-1), want)
