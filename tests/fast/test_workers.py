@@ -8,6 +8,7 @@ import ctypes
 import threading
 import time
 import types
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -232,7 +233,8 @@ def test_a_worker_polls_longer_after_a_short_idle_spell(team: workers.Crew, monk
 
 class _IdleLoops:
     """Stands in for the native loops of one worker: every polling window ends with nothing to do
-    (`serve` returns the generation it was given); counts the windows; `park` blocks the thread."""
+    (`serve` returns the generation it was given); counts the windows; once `parked`, it blocks the
+    thread for good."""
 
     def __init__(self) -> None:
         self.windows = 0
@@ -246,11 +248,12 @@ class _IdleLoops:
         return seen
 
 
-def _eventually(condition: object, what: str) -> None:
+def _eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait up to 10 s for `condition` (a state another thread reaches), then assert it."""
     deadline = time.perf_counter() + 10
-    while not condition() and time.perf_counter() < deadline:  # type: ignore[operator]
+    while not condition() and time.perf_counter() < deadline:
         time.sleep(0.001)
-    assert condition(), what  # type: ignore[operator]
+    assert condition(), what
 
 
 def test_workers_keep_polling_while_a_kernel_sequence_runs() -> None:
