@@ -387,10 +387,19 @@ def disk(cfg: GenConfig) -> list[Program]:
     return [Program(tuple(steps))]
 
 
+def copy_target(cfg: GenConfig, kind: str) -> str:
+    """The device the tour of `kind` copies to: the kind's second device when the run allows one
+    (`kind:1`), else the first device of another kind, else `kind` itself. Never a device beyond
+    `--devices KIND=N` (`CUDA=1,CLANG` on a machine with one GPU copies CUDA -> CLANG)."""
+    if cfg.count(kind) >= 2:
+        return cfg.device(kind, 1)
+    return next((other for other in cfg.kinds if other != kind), kind)
+
+
 def directed_programs(cfg: GenConfig) -> list[Program]:
     """Every run's fixed programs: the op tour of each device kind, then the rare paths above."""
     dev = cfg.kinds[0]
-    tours = [program for kind in cfg.kinds for program in tour_programs(kind)]
+    tours = [program for kind in cfg.kinds for program in tour_programs(kind, copy_target(cfg, kind))]
     return [*tours, *split_reductions(dev), *ring_reductions(cfg), *sharding(cfg), *graph_traps(dev),
             *row_kernels(dev), *output_tails(cfg), *chunked_reductions(cfg), *fused_products(cfg), *matmul_layouts(cfg),
             *replayed_shards(cfg), *symbolic(cfg), *gathers(cfg),

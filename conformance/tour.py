@@ -137,7 +137,7 @@ def misuse_tour(device: str) -> list[Program]:
             Program((x, Elementwise("ADD", (0, 0)), Assign(1, 0)), expect="RuntimeError")]
 
 
-def tour_programs(kind: str) -> list[Program]:
-    other = f"{kind}:1"
+def tour_programs(kind: str, other: str) -> list[Program]:
+    """The tour on device `kind`; its copies go to `other` (another device the run may use)."""
     return [*(dtype_sweep(d, kind) for d in DTYPES), movement_tour(kind), constants_tour(kind),
             loads_tour(kind, other), *misuse_tour(kind)]

@@ -65,3 +65,25 @@ def test_steps_refer_to_earlier_steps_only() -> None:
                        Reduce(1, "SUM", (0,)), Fetch(2)))
     assert [step.refs() for step in program.steps] == [(), (0, 0), (1,), (2,)]
     assert "v1 = v0.e(T.BinaryOps.ADD, v0)" in program.render()
+
+
+def _named_devices(program: Program) -> set[str]:
+    """Every device a program's steps name (a step's `device`, a shard's `devices`)."""
+    named: set[str] = set()
+    for step in program.steps:
+        device = getattr(step, "device", None)
+        if isinstance(device, str) and device:
+            named.add(device)
+        named.update(getattr(step, "devices", None) or ())
+    return named
+
+
+def test_directed_programs_stay_within_the_devices_the_run_allows() -> None:
+    # `--devices CUDA=1,CLANG` on a one-GPU machine: the tour's copy went to CUDA:1 (an H200 run)
+    cfg = GenConfig(kinds=("CUDA", "CLANG"), kind_limits=(("CUDA", 1),))
+    allowed = set(cfg.single_devices()) | {cfg.device("CLANG", i) for i in range(cfg.max_devices)}
+    named = set().union(*(_named_devices(program) for program in directed_programs(cfg)))
+    assert "CUDA" in named and "CUDA:1" not in named and named <= allowed
+    # with two devices of the kind the tour copies between them
+    two = GenConfig(kinds=("CLANG",), max_devices=2)
+    assert "CLANG:1" in set().union(*(_named_devices(program) for program in directed_programs(two)))
