@@ -228,20 +228,24 @@ class _Lowering(LaneLowering):
         self._close_loops(output_axes)
 
     def _prefetch_next_row(self, output_axes: tuple[AxisPlan, ...], lanes: Group, loads: tuple[LazyOp, ...]) -> None:
-        """PREFETCH what `loads` read for `lanes` one step further along the outermost output loop,
-        when that step exists (codegen/prefetch.py); vector accesses only."""
-        outer = next((axis for axis in output_axes if axis.has_loop), None)
-        if outer is None or not loads:
+        """PREFETCH what `loads` read for `lanes` one step further along the innermost output loop
+        (the row processed next), when that step exists (codegen/prefetch.py); vector accesses
+        only, and only loads that move along that loop (a bias row shared by every row does not)."""
+        inner = next((axis for axis in reversed(output_axes) if axis.has_loop), None)
+        if inner is None or not loads:
             return
-        counter, count = self.counters[outer.axis]
+        counter, count = self.counters[inner.axis]
         shifted = [{axis: node.substitute({counter: counter + 1}) for axis, node in env.items()} for env in lanes]
         ix = self.indexes
         has_next = ix.render_bool((counter + 1) < count)
         for load in loads:
             kind, places = self._access(load.arg.st, shifted, load.arg.dtype)
-            if kind == "vector":
-                index, valid = places[0]
-                self.builder.prefetch(load.arg.idx, ix.render_int(index), ix.both(has_next, valid))
+            if kind != "vector":
+                continue
+            index, valid = places[0]
+            if index == self._access(load.arg.st, lanes, load.arg.dtype)[1][0][0]:
+                continue
+            self.builder.prefetch(load.arg.idx, ix.render_int(index), ix.both(has_next, valid))
 
     def _scratch_store(self) -> LazyOp | None:
         """In a row kernel whose one STORE recomputes the last reduce's input (softmax: exp(x - max)

@@ -5,14 +5,18 @@ the row again) reads each row from memory once, in its first reduction; its late
 STORE phase work on the row while it is in the core's caches. Memory is then busy only during the
 first pass of every row and idle for the rest, and one core cannot keep enough reads in flight to
 make up for it. So, on renderers with `RendererOptions.prefetch`, the STORE phase of the row at
-position r of the outermost output loop also issues a PREFETCH of what the first reduction will
+position r of the innermost output loop also issues a PREFETCH of what the first reduction will
 load at r + 1, at the same place along the row: the next row streams in while this one is finished.
+(Innermost: with several output loops, attention's (batch, head, query) rows, the outermost loop's
+next step is a whole batch of rows ahead, evicted again before it is reached; the last row of each
+innermost run is not prefetched for.)
 
 The rule, a pure function of the kernel:
 - the renderer prefetches (`RendererOptions.prefetch`, set by the CPU runtimes) and NOOPT is off;
 - the kernel is a row kernel (its STORE phase walks the row);
 - the loads prefetched are the LOADs of input buffers (never outputs) below the first reduction,
-  each distinct (buffer, view) once, read as one vector per body copy (gathers are skipped);
+  each distinct (buffer, view) once, read as one vector per body copy (gathers are skipped), that
+  move along that loop (a bias row shared by every row is not prefetched again);
 - the first reduction reads at most PREFETCH_MAX_ROW_BYTES of them per row, so the next row fits
   in a core's private cache beside the current one (a larger row would evict what it prefetched).
 

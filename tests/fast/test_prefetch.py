@@ -179,3 +179,32 @@ def test_prefetching_row_kernels_agree_with_numpy_on_flipped_and_padded_views(de
 def _np_softmax(x: np.ndarray) -> np.ndarray:
     exp = np.exp(x - x.max(1, keepdims=True))
     return exp / exp.sum(1, keepdims=True)
+
+
+def _biased_softmax(x: fast.LazyBuffer, bias: fast.LazyBuffer) -> fast.LazyBuffer:
+    """softmax over the last axis of x (B, T, L) + bias (B, 1, L): attention's masked scores. The
+    bias keeps the output axes B and T apart (they cannot merge into one loop)."""
+    scores = x.e(fast.BinaryOps.ADD, bias.expand(x.shape))
+    rows = scores.r(fast.ReduceOps.MAX, (2,)).expand(x.shape)
+    exp = scores.e(fast.BinaryOps.SUB, rows).e(fast.UnaryOps.EXP2)
+    return exp.e(fast.BinaryOps.DIV, exp.r(fast.ReduceOps.SUM, (2,)).expand(x.shape))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_kernel_with_several_output_loops_prefetches_the_row_it_runs_next(threads):
+    """The next row is the next step of the innermost output loop (T), not of the outermost (B: a
+    whole batch of rows ahead, long gone from the cache when reached); the bias row, the same for
+    every T, is not prefetched."""
+    batch, tokens, length = 3, 5, 16
+    x = fast.from_numpy(np.zeros((batch, tokens, length), np.float32), "CLANG")
+    bias = fast.from_numpy(np.zeros((batch, 1, length), np.float32), "CLANG")
+    with config.override(parallel_min_work=0):
+        programs = lowered_kernels(_biased_softmax(x, bias), cpu_options(32, prefetch=True))
+    assert len(programs) == 1
+    verify(programs[0])
+    loaded, prefetched = _walk(programs[0], cores=threads)
+    x_buffer = next(i for i, info in enumerate(programs[0].buffers) if info.size == batch * tokens * length
+                    and not info.is_output)
+    assert set(prefetched) == {x_buffer} and prefetched[x_buffer] <= loaded[x_buffer]
+    rows = {index // length for index in prefetched[x_buffer]}
+    assert rows == {b * tokens + t for b in range(batch) for t in range(1, tokens)}

@@ -404,3 +404,35 @@ def test_instruction_counts() -> None:
     print("\ninstructions:", {f"{op.name} {dtype.name}": n for (op, dtype), n in counts.items()}, "errors:", ERRORS)
     assert counts[(EXP2, F32)] < 80 and counts[(LOG2, F32)] < 120 and counts[(SIN, F32)] < 300
     assert counts[(EXP2, F64)] < 100 and counts[(LOG2, F64)] < 140 and counts[(SIN, F64)] < 500
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
+def test_exp2_far_below_the_subnormals_is_zero_without_an_underflow(dtype: DType) -> None:
+    """Inputs whose 2^x rounds to 0 give 0 without computing an underflowing product (a softmax's
+    masked scores, -1e4: each underflow costs a microcode assist). The harness reads the C floating-
+    point underflow flag around the kernel; inputs with a subnormal result still raise it (their
+    products really are subnormal)."""
+    program = build(EXP2, dtype)
+    c_type = "float" if dtype == F32 else "double"
+    probe = (f"\n#include <fenv.h>\nvoid probe_underflow({c_type}* restrict out, {c_type}* restrict in, int64_t n) {{\n"
+             f"  feclearexcept(FE_ALL_EXCEPT);\n  {program.name}(out, in, n);\n"
+             f"  out[n] = fetestexcept(FE_UNDERFLOW) ? 1 : 0;\n}}\n")
+    compiled = ClangProgram("probe_underflow", ClangCompiler().compile(CRenderer().render(program) + probe))
+    np_type = np.float32 if dtype == F32 else np.float64
+    zero_limit = -150.0 if dtype == F32 else -1075.0  # 2^x rounds to 0 at and below
+    for values in ([-1e4, -200.0, zero_limit - 0.5, -np.inf, zero_limit - 1e-3], [zero_limit + 10.3]):
+        inputs = np.array([*values, 0.0], dtype=np_type)  # the last element receives the flag
+        out = execute_n(compiled, inputs, len(values))
+        expected = np.exp2(np.array(values, dtype=np.float64)).astype(np_type)
+        assert np.array_equal(out[:-1], expected)
+        assert out[-1] == (0.0 if values[0] < zero_limit else 1.0), (values, out)
+
+
+def execute_n(compiled: Any, inputs: np.ndarray, n: int) -> np.ndarray:
+    """`compiled(out, in, n)` over `inputs`, the outputs one array as long as `inputs`."""
+    source, target = ALLOCATOR.alloc(inputs.nbytes), ALLOCATOR.alloc(inputs.nbytes)
+    ALLOCATOR.copyin(source, memoryview(inputs).cast("B"))
+    compiled(target, source, vals=(n,))
+    out = np.empty_like(inputs)
+    ALLOCATOR.copyout(memoryview(out).cast("B"), target)
+    return out
