@@ -427,3 +427,47 @@ def test_hints_sit_where_they_are_due(device: str) -> None:
             assert counts[0::2] == [count + 1 for count in counts[1::2]]
     _check(np.asarray(scores), q, np.swapaxes(k, -1, -2))
     _check(np.asarray(context), p, v)
+
+
+def _tiles(a_shape: tuple[int, ...], b_shape: tuple[int, ...],
+           options: fast.renderer.base.RendererOptions) -> gemm.GemmTiles:
+    x, y = xp.asarray(np.ones(a_shape, np.float32)), xp.asarray(np.ones(b_shape, np.float32))
+    info = analyze([item for item in fast.schedule((x @ y).lazy) if item.ast.op.name == "SINK"][-1].ast)
+    shape = gemm.match(info, options)
+    assert shape is not None
+    tiles = gemm.choose_tiles(shape, options)
+    assert tiles is not None
+    return tiles
+
+
+def test_a_long_m_keeps_enough_accumulators_a_short_one_a_divisor() -> None:
+    """16 registers (AVX2): a long M keeps the 6-row tile (12 accumulators) and an edge block rather
+    than 4 rows that divide it (8); attention's short M per batch (128) takes the divisor; with 32
+    registers 8 rows divide 4096 and keep 16 accumulators."""
+    avx2, avx512 = fast.renderer.base.cpu_options(32), fast.renderer.base.cpu_options(64)
+    assert _tiles((4096, 384), (384, 1536), avx2).rows == 6
+    assert _tiles((512, 512), (512, 512), avx2).rows == 6
+    assert _tiles((640, 64), (64, 64), avx2).rows == 5  # 5 x 2 = 10 accumulators divide it
+    assert _tiles((8, 128, 32), (8, 32, 128), avx2).rows == 4
+    assert _tiles((4096, 384), (384, 1536), avx512).rows == 8
+
+
+@pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m", [196, 515, 1001])
+def test_long_m_with_an_edge_block(device: str, m: int) -> None:
+    """M at least `LONG_M_BLOCKS` tiles and not a multiple of the rows: the edge block of M % MR
+    rows, with one thread and with several, on poisoned memory, agrees with the specified sum, and
+    `a @ b.T` (a linear layer) too."""
+    rng = np.random.default_rng(m)
+    k, n = 67, 45
+    a, b = _random(rng, (m, k)), _random(rng, (k, n))
+    results = []
+    for threads in (1, 3):
+        with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
+            results.append(np.asarray(xp.asarray(a, device=device) @ xp.asarray(b, device=device)))
+            bt = np.ascontiguousarray(b.T)
+            linear = np.asarray(xp.asarray(a, device=device) @ xp.asarray(bt, device=device).T)
+            _check(linear, a, b)
+    np.testing.assert_array_equal(results[1], results[0])
+    _check(results[0], a, b)
