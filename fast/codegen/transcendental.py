@@ -13,12 +13,14 @@ Every constant and cast target is built with `_like(dtype, scalar)`, so the same
 
 Algorithms (float32 and float64 share them; half floats run the float32 code between two CASTs,
 which is docs/semantics.md's "in float32, then rounded"):
-- EXP2: x below -(bias + mantissa bits) (-150 for float32), where 2^x rounds to 0, is computed as 2^0
-  and its lane set to 0 at the end (no product underflows on the way: an underflow costs a microcode
-  assist per lane, and a softmax's masked scores are all such lanes); x clamped above (NaN stays
-  NaN), k = rint(x) by adding 1.5*2^p, f = x - k in [-1/2, 1/2] exactly, 2^f = 1 + f*P(f)
-  (minimax, relative error 2.6e-9 / 1.8e-17), times 2^(k/2) and 2^(k - k/2) built from exponent
-  bits: one final rounding, so subnormal results, 0 and inf come out right.
+- EXP2: clamp x to [-2 * bias, bias + 3] (NaN stays NaN), k = rint(x) by adding 1.5*2^p, f = x - k
+  in [-1/2, 1/2] exactly, 2^f = 1 + f*P(f) (minimax, relative error 2.6e-9 / 1.8e-17), times 2^(k/2)
+  and 2^(k - k/2) built from exponent bits: one final rounding, so subnormal results, 0 and inf come
+  out right. At the low clamp (-254 for float32, -2046 for float64) both factors' exponent bits are
+  0, so they are +0.0 and the lane is 0 without a product that underflows: on x86 each underflow
+  costs a microcode assist, and a softmax's masked scores (-1e4, -inf) are all such lanes. (The
+  clamp was at -160: those lanes ended in 2^-80 * 2^-80.) x between -253.5 and -126 still ends in a
+  subnormal or underflowing product, as its true value is subnormal or rounds to 0.
 - LOG2: subnormals scaled by 2^(p+2); x = 2^k * m with m in [sqrt(1/2), sqrt(2)) by integer exponent
   arithmetic; with f = m - 1, s = f/(2+f): ln(m) = f - f^2/2 + s*(f^2/2 + R(s^2)) (R minimax, error
   8e-10 / 1.2e-18). f - f^2/2 is split into hi (low mantissa bits cleared) + lo so that hi/ln 2 is
@@ -46,7 +48,7 @@ LOG2 0.83 ulp, SIN 0.98 ulp; float64 EXP2 1.31 ulp and LOG2 0.80 ulp (against lo
 ulp from numpy), SIN 0.90 ulp (against long double sin over 60M inputs: every exponent, uniform
 ranges, the hardest reduction case of every exponent and neighbours of n*pi/2; against exact integer
 arithmetic on 8000 of them); float16/bfloat16 within 0.5 ulp of the type plus the float32 error.
-Instructions (ALU + CONST) for a scalar float32 x: EXP2 32 + 16, LOG2 50 + 20, SIN 189 + 40;
+Instructions (ALU + CONST) for a scalar float32 x: EXP2 31 + 15, LOG2 50 + 20, SIN 189 + 40;
 float64: EXP2 41 + 20, LOG2 58 + 24, SIN 302 + 141 (91 of the ALU ops are the WHEREs and compares
 that choose the 2/pi window; on x86-64 the scalar form takes about 3x as long as glibc's sin, the
 float64.vec(4) form about as long).
@@ -84,22 +86,26 @@ def _pow2(k: _V, fm: _Fmt) -> _V:
     return ((k + fm.bias) * (1 << fm.mant)).cast(fm.fdt, bitcast=True)
 
 
+def _clamp(x: _V, low: float, high: float) -> _V:
+    """x limited to [low, high]; NaN stays NaN. Two compare-and-selects (a NaN compares false, so
+    its lanes keep x): cheaper than MAX, whose NaN rule costs a second compare on every backend."""
+    x = x.lt(low).where(low, x)
+    return _V(x.b, x._ref(high)).lt(x).where(high, x)
+
+
 def _exp2(x: _V, fm: _Fmt, fused: bool = False) -> _V:
     """2^x: k = rint(x), f = x - k, 2^f by polynomial, times 2^(k/2) * 2^(k - k/2) (one rounding).
-    `fused`: 1 + f*P(f) is evaluated with fused multiply-adds (module docstring)."""
-    # 2^x rounds to 0 below -(bias + mant) (half the smallest subnormal): such lanes compute 2^0 and
-    # are set to 0 at the end, so no lane multiplies its way down into an underflow (a softmax's
-    # masked scores, -1e4: a microcode assist per lane made attention's softmax 2.3x slower)
-    under = x.lt(-(fm.bias + fm.mant))
-    x = under.where(0.0, x)
-    x = _V(x.b, x._ref(fm.bias + 3)).lt(x).where(fm.bias + 3, x)  # overflows to inf; NaN stays NaN
+    x is clamped below at -2 * bias, where both factors' exponent bits are 0: they are +0.0 and the
+    lane is 0 with no underflowing product (module docstring). `fused`: 1 + f*P(f) is evaluated
+    with fused multiply-adds (module docstring)."""
+    x = _clamp(x, -2 * fm.bias, fm.bias + 3)
     magic = 1.5 * 2.0**fm.mant
     t = x + magic
     f = x - (t - magic)  # exact, |f| <= 1/2
     k = t.cast(fm.idt, bitcast=True) - _bits(magic, fm.fdt)
     half = k.div(2)
     p = f.fma(_poly_fused(f, fm.exp2), 1.0) if fused else f * _poly(f, fm.exp2) + 1.0
-    return under.where(0.0, p * _pow2(half, fm) * _pow2(k - half, fm))
+    return p * _pow2(half, fm) * _pow2(k - half, fm)
 
 
 def _log2_reduce(x: _V, fm: _Fmt) -> tuple[_V, _V]:

@@ -407,25 +407,30 @@ def test_instruction_counts() -> None:
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
-def test_exp2_far_below_the_subnormals_is_zero_without_an_underflow(dtype: DType) -> None:
-    """Inputs whose 2^x rounds to 0 give 0 without computing an underflowing product (a softmax's
-    masked scores, -1e4: each underflow costs a microcode assist). The harness reads the C floating-
-    point underflow flag around the kernel; inputs with a subnormal result still raise it (their
-    products really are subnormal)."""
-    program = build(EXP2, dtype)
+def test_exp2_at_and_below_the_low_clamp_is_zero_without_an_underflow(dtype: DType) -> None:
+    """Inputs at or below -2 * bias (a softmax's masked scores: -1e4, -inf) give 0 without a product
+    that underflows (each underflow costs a microcode assist). The harness reads the C floating-point
+    underflow flag around the kernel, run on vectors of 4 lanes whose every lane is such an input (a
+    scalar kernel lets the compiler fold a clamped lane's whole computation to a constant); inputs
+    whose true value is subnormal, or rounds to 0 from above the clamp, still raise it."""
+    lanes = 4
+    options = cpu_options(lanes * dtype.itemsize, threads=False)
+    program = build(EXP2, dtype, options, lanes)
     c_type = "float" if dtype == F32 else "double"
     probe = (f"\n#include <fenv.h>\nvoid probe_underflow({c_type}* restrict out, {c_type}* restrict in, int64_t n) {{\n"
              f"  feclearexcept(FE_ALL_EXCEPT);\n  {program.name}(out, in, n);\n"
-             f"  out[n] = fetestexcept(FE_UNDERFLOW) ? 1 : 0;\n}}\n")
-    compiled = ClangProgram("probe_underflow", ClangCompiler().compile(CRenderer().render(program) + probe))
+             f"  out[n * {lanes}] = fetestexcept(FE_UNDERFLOW) ? 1 : 0;\n}}\n")
+    compiled = ClangProgram("probe_underflow", ClangCompiler().compile(CRenderer(options).render(program) + probe))
     np_type = np.float32 if dtype == F32 else np.float64
-    zero_limit = -150.0 if dtype == F32 else -1075.0  # 2^x rounds to 0 at and below
-    for values in ([-1e4, -200.0, zero_limit - 0.5, -np.inf, zero_limit - 1e-3], [zero_limit + 10.3]):
-        inputs = np.array([*values, 0.0], dtype=np_type)  # the last element receives the flag
-        out = execute_n(compiled, inputs, len(values))
+    clamp = -254.0 if dtype == F32 else -2046.0
+    subnormal = -140.3 if dtype == F32 else -1065.3
+    for values, underflows in (([-1e4, clamp, clamp - 0.4, clamp - 3.0, -np.inf, -1e30, -1e4, clamp], False),
+                               ([subnormal] * lanes, True), ([clamp + 20.0] * lanes, True)):
+        inputs = np.array([*values, 0.0, 0.0, 0.0, 0.0], dtype=np_type)  # the flag lands after the values
+        out = execute_n(compiled, inputs, len(values) // lanes)
         expected = np.exp2(np.array(values, dtype=np.float64)).astype(np_type)
-        assert np.array_equal(out[:-1], expected)
-        assert out[-1] == (0.0 if values[0] < zero_limit else 1.0), (values, out)
+        assert np.array_equal(out[:len(values)], expected)
+        assert out[len(values)] == float(underflows), (values, out)
 
 
 def execute_n(compiled: Any, inputs: np.ndarray, n: int) -> np.ndarray:
