@@ -68,12 +68,13 @@ def kernel(op: UnaryOps, dtype: DType, backend: str = "CLANG", fused: bool = Fal
     return llvm.LLVMProgram(program.name, llvm.LLVMCompiler().compile(LLVMIRRenderer().render(program)))
 
 
-def execute(compiled: Any, inputs: np.ndarray, lanes: int = 1) -> np.ndarray:
-    """A compiled kernel's outputs for `inputs` (storage arrays: bfloat16 as uint16 bit patterns)."""
+def execute(compiled: Any, inputs: np.ndarray, lanes: int = 1, iterations: int | None = None) -> np.ndarray:
+    """A compiled kernel's outputs for `inputs` (storage arrays: bfloat16 as uint16 bit patterns),
+    run for `iterations` (default: all of `inputs`, `lanes` elements per iteration)."""
     inputs = np.ascontiguousarray(inputs)
     source, target = ALLOCATOR.alloc(inputs.nbytes), ALLOCATOR.alloc(inputs.nbytes)
     ALLOCATOR.copyin(source, memoryview(inputs).cast("B"))
-    compiled(target, source, vals=(len(inputs) // lanes,))
+    compiled(target, source, vals=(len(inputs) // lanes if iterations is None else iterations,))
     out = np.empty_like(inputs)
     ALLOCATOR.copyout(memoryview(out).cast("B"), target)
     return out
@@ -427,17 +428,7 @@ def test_exp2_at_and_below_the_low_clamp_is_zero_without_an_underflow(dtype: DTy
     for values, underflows in (([-1e4, clamp, clamp - 0.4, clamp - 3.0, -np.inf, -1e30, -1e4, clamp], False),
                                ([subnormal] * lanes, True), ([clamp + 20.0] * lanes, True)):
         inputs = np.array([*values, 0.0, 0.0, 0.0, 0.0], dtype=np_type)  # the flag lands after the values
-        out = execute_n(compiled, inputs, len(values) // lanes)
+        out = execute(compiled, inputs, lanes, len(values) // lanes)
         expected = np.exp2(np.array(values, dtype=np.float64)).astype(np_type)
         assert np.array_equal(out[:len(values)], expected)
         assert out[len(values)] == float(underflows), (values, out)
-
-
-def execute_n(compiled: Any, inputs: np.ndarray, n: int) -> np.ndarray:
-    """`compiled(out, in, n)` over `inputs`, the outputs one array as long as `inputs`."""
-    source, target = ALLOCATOR.alloc(inputs.nbytes), ALLOCATOR.alloc(inputs.nbytes)
-    ALLOCATOR.copyin(source, memoryview(inputs).cast("B"))
-    compiled(target, source, vals=(n,))
-    out = np.empty_like(inputs)
-    ALLOCATOR.copyout(memoryview(out).cast("B"), target)
-    return out
