@@ -14,7 +14,8 @@ Planning (`Plan.build`), per recorded Buffer, by the memory it lives in (its roo
 - an output's memory (an output of the function is read from it): a fresh root per call (the caller
   keeps the result), views of it rebuilt on the new root;
 - anything else: a fixed Buffer, kept by the plan: constants realized before the call (weights),
-  intermediates (allocated once, reused by every call) and the results of *hoisted* items.
+  intermediates (allocated once, reused by every call; those whose lifetimes within a call do not
+  overlap share one allocation: fast/engine/plan_memory.py) and the results of *hoisted* items.
 An item is replayed when it reads traced memory or writes an output's memory; every other item
 (copies of weights from DISK, casts of weights) ran once during the trace and is hoisted: its
 output is a constant of the plan. Replay runs the replayed items in recorded order: kernels
@@ -42,6 +43,7 @@ from fast import config
 from fast.device import Buffer
 from fast.engine import replay_lanes
 from fast.engine.items import run_copy, run_custom
+from fast.engine.plan_memory import share_intermediates
 from fast.engine.readback import READ_OBSERVERS
 from fast.engine.realize import RECORDING, SCHEDULE_OBSERVERS, get_kernel, runnable
 from fast.engine.replay_native import NativePlan, qualifies
@@ -286,11 +288,15 @@ def build_plan(recorder: Recorder, outs: Sequence[LazyBuffer]) -> Plan:
     out_roots = {id(buffer.base): buffer.base for buffer in stored
                  if buffer is not None and id(buffer.base) in written and id(buffer.base) not in in_roots}
     layout = _Layout(inputs, in_roots, out_roots)
-    steps = [_step(item, layout, recorder.bound) for item in _replayed(items, set(in_roots), out_roots, recorder.bound)]
+    replayed = _replayed(items, set(in_roots), out_roots, recorder.bound)
+    steps = [_step(item, layout, recorder.bound) for item in replayed]
     outputs = [(EMPTY_OUTPUT if buffer is None else layout.position(buffer), lb.base.shape, lb.dtype, lb.device,
                 lb.st) for lb, buffer in zip(outs, stored, strict=True)]
-    versions = [(buffer, buffer.version) for buffer in layout.table if buffer is not None]
-    return Plan(layout.table, layout.dynamic, steps, layout.roots, outputs, versions)
+    again = {id(item) for item in replayed}
+    pinned = {id(buffer.base) for item in items if id(item) not in again for buffer in item.bufs}
+    table = share_intermediates(layout.table, steps, pinned)
+    versions = [(buffer, buffer.version) for buffer in table if buffer is not None]
+    return Plan(table, layout.dynamic, steps, layout.roots, outputs, versions)
 
 
 def _replayed(items: Sequence[ScheduleItem], traced: set[int], out_roots: dict[int, Buffer],
