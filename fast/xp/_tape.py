@@ -105,6 +105,8 @@ class Episode:
     def __init__(self, keys: list[Any], metas: list[Any], checks: list[tuple[int, int]]) -> None:
         self.keys, self.metas, self.checks = keys, metas, checks
         self.points: dict[tuple[int, int], Any] = {}
+        # each result's reference, made once (a _Ref is immutable): every speculating tape's Deferreds share them
+        self.refs = [_Ref("t", index) for index in range(len(keys))]
 
 
 class Tape:
@@ -206,7 +208,14 @@ class Tape:
             if fname == "_getitem":  # an array inside an index reads values: never taped
                 return (fname, encode(args[0], template), encode(args[1], template, False)), \
                     (fname, tuple(template), _NO_KWARGS)
-            key = (fname, *[encode(arg, template) for arg in args])
+            parts: list[Any] = [fname]
+            for arg in args:  # (`encode`, with its most frequent case inline: an earlier result)
+                if type(arg) is Deferred and arg.tape is self and not self.materialized:
+                    template.append(arg.ref)
+                    parts.append(arg.ref.key)
+                else:
+                    parts.append(encode(arg, template))
+            key = tuple(parts)
             if not kwargs:
                 return key, (fname, tuple(template), _NO_KWARGS)
             named: list[Any] = []
@@ -307,8 +316,8 @@ class Deferred(Array):
 
     __slots__ = ("tape", "ref", "meta")
 
-    def __init__(self, ns: Any, tape: Tape, index: int, meta: tuple[tuple[int, ...], Any, str]) -> None:
-        self._ns, self.tape, self.ref, self.meta = ns, tape, _Ref("t", index), meta
+    def __init__(self, ns: Any, tape: Tape, ref: _Ref, meta: tuple[tuple[int, ...], Any, str]) -> None:
+        self._ns, self.tape, self.ref, self.meta = ns, tape, ref, meta
 
     @property
     def index(self) -> int:

@@ -106,7 +106,7 @@ def _defer(tape: Tape, key: Any, template: tuple[str, tuple[Any, ...], dict[str,
         if not tape.done and position < len(keys) and keys[position] == key:
             tape.keys.append(key)
             tape.templates.append(template)
-            out = Deferred(tape.ns, tape, position, tape.episode.metas[position])
+            out = Deferred(tape.ns, tape, tape.episode.refs[position], tape.episode.metas[position])
             tape.deferred.append(weakref.ref(out))
             return out
     tape.materialize()
