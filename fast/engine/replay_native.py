@@ -19,7 +19,7 @@ import numpy as np
 
 from fast.device import Buffer
 from fast.ops import KernelOps
-from fast.runtime.sequence import KernelSequence, SequenceStep, host_address, supported
+from fast.runtime.sequence import KernelSequence, SequenceStep, host_addresses, supported
 
 
 def qualifies(steps: Sequence[Any]) -> bool:
@@ -59,7 +59,7 @@ class NativePlan:
             if not self.usable:
                 return False
         assert self.sequence is not None
-        addresses = np.array([host_address(table[position].handle) for position in self.dynamic],  # type: ignore[union-attr]
+        addresses = np.array(host_addresses([table[position].handle for position in self.dynamic]),  # type: ignore[union-attr]
                              dtype=np.int64)
         return self.sequence.run(self.indices, addresses[self.slots])
 

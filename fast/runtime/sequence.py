@@ -52,9 +52,9 @@ def supported(steps: Sequence[SequenceStep]) -> bool:
         len(step.call.arguments) + (2 if step.threaded else 0) <= MAX_NATIVE_ARGS for step in steps)
 
 
-def host_address(handle: object) -> int:
-    """The address of a CPU buffer's handle (TypeError when it is not host memory)."""
-    return host.addresses("sequence", "CPU", [handle])[0]
+def host_addresses(handles: Sequence[object]) -> list[int]:
+    """The addresses of CPU buffers' handles (TypeError when one is not host memory)."""
+    return host.addresses("sequence", "CPU", handles)
 
 
 class KernelSequence:
