@@ -64,6 +64,7 @@ class Config:
     program_cache_size: int = 1024  # PROGRAM_CACHE_SIZE: compiled kernels kept per process (LRU, engine/programs.py)
     alloc_cache_mb: int = 1024  # ALLOC_CACHE_MB: freed host memory kept for reuse (runtime/host.py); 0: off
     alloc_poison: bool = False  # ALLOC_POISON: fill memory handed out unzeroed with 0xFF bytes (debugging)
+    host_huge_pages: bool = False  # HOST_HUGE_PAGES: advise huge pages for large CPU buffers (runtime/host.py)
     graph: bool = False  # GRAPH: write a picture of each realize's lazy graph and kernels (fast/debug/hooks.py)
     graph_dir: str = os.path.join(tempfile.gettempdir(), "fast-graphs")  # GRAPH_DIR: where GRAPH=1 writes them
     nvrtc_path: str = ""  # NVRTC_PATH: libnvrtc.so (or its directory) to use first (runtime/nvrtc.py search order)
@@ -108,6 +109,7 @@ class Config:
             program_cache_size=_int(env, "PROGRAM_CACHE_SIZE", 1024),
             alloc_cache_mb=_int(env, "ALLOC_CACHE_MB", 1024),
             alloc_poison=bool(_int(env, "ALLOC_POISON", 0)),
+            host_huge_pages=bool(_int(env, "HOST_HUGE_PAGES", 0)),
             graph=bool(_int(env, "GRAPH", 0)),
             graph_dir=env.get("GRAPH_DIR", "") or Config.graph_dir,
             nvrtc_path=env.get("NVRTC_PATH", ""),

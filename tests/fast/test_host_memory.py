@@ -191,3 +191,75 @@ def test_repeated_realize_reuses_the_dropped_output() -> None:
     fast.realize(second)
     assert second.buffer.handle.address == address
     np.testing.assert_array_equal(fast.to_numpy(second), np.arange(1 << 16, dtype=np.float32) * 2)
+
+
+def _thp_mode() -> str:
+    """The transparent huge page mode in brackets ("madvise", "always", "never"), or "" where unknown."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as file:
+            text = file.read()
+    except OSError:
+        return ""
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else ""
+
+
+def _thp_eligible(address: int) -> bool | None:
+    """Whether the mapping holding `address` may get transparent huge pages (smaps "THPeligible"),
+    or None where /proc does not say."""
+    try:
+        with open("/proc/self/smaps") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0] if line else ""
+        if "-" in head and all(part and all(c in "0123456789abcdef" for c in part) for part in head.split("-")):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and line.startswith("THPeligible:"):
+            return line.split()[1] == "1"
+    return None
+
+
+@pytest.mark.parametrize("zeroed", [True, False])
+def test_large_fresh_memory_is_a_mapping_of_its_own(zeroed: bool) -> None:
+    allocator = HostAllocator()
+    nbytes = host.MAPPED_MIN + 4093  # not a whole number of pages
+    with config.override(alloc_poison=True):
+        memory = allocator.alloc(nbytes, zeroed=zeroed)
+    window = memory.window()
+    assert window.nbytes == nbytes and memory.address % allocator.alignment == 0
+    if host._CAN_MAP:
+        assert isinstance(memory.owner.base.obj, host.mmap.mmap)  # type: ignore[union-attr]
+        assert memory.origin % host.mmap.PAGESIZE == 0
+    assert (window == (0 if zeroed else 0xFF)).all()
+    window[:] = 7
+    window[-1] = 9
+    assert int(window[-1]) == 9 and int(window[0]) == 7
+    address = memory.address
+    del window
+    allocator.free(memory)
+    again = allocator.alloc(nbytes)  # pooled, and zeroed since it was asked zeroed
+    assert again.address == address and not again.window().any()
+
+
+@pytest.mark.skipif(not host._CAN_MAP or _thp_mode() != "madvise",
+                    reason="huge-page advice is observable only where transparent huge pages are in madvise mode")
+@pytest.mark.parametrize("huge", [False, True])
+def test_huge_page_advice_only_when_configured(huge: bool) -> None:
+    allocator = HostAllocator()
+    with config.override(host_huge_pages=huge):
+        memory = allocator.alloc(host.MAPPED_MIN, zeroed=False)
+    assert _thp_eligible(memory.address) is huge
+
+
+def test_a_refused_mapping_raises_memory_error_naming_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(host.mmap, "mmap", refuse)
+    if not host._CAN_MAP:
+        pytest.skip("no anonymous mappings on this platform: large buffers come from numpy")
+    with pytest.raises(MemoryError, match=f"cannot map {host.MAPPED_MIN + 64} bytes"):
+        HostAllocator().alloc(host.MAPPED_MIN)
