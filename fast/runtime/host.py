@@ -20,18 +20,20 @@ Invariants:
   The same rules hold there (nothing reachable is kept, zeroed when asked, poisoned when asked);
   `ALLOC_CACHE_MB=0` turns both pools off.
 
-Fresh memory of `MAPPED_MIN` bytes and more is an anonymous mapping of its own (`_mapped`) with no
-huge-page advice. numpy advises huge pages for its arrays from 4 MiB on, and where the OS makes huge
-pages only for advised memory (transparent huge pages "madvise", a common default) the first write
-to each 2 MiB of such memory may wait while the OS compacts memory to find a free huge page. On the
-2-vCPU VM of session 12, touching 800 MB of fresh 8 MB arrays took 0.07-6.7 s with the advice and
-0.45-0.59 s without; MiniLM 32 x 128's first eager call (790 MB of intermediates) took 2.7-4.8 s
-with it and 1.04-1.18 s without, and later calls ran at the same speed (medians of 20 calls: 558-590
-ms without, 559-578 with, in three alternating pairs; the memory-bound bench rows within their noise).
-Making the pages present in the mapping call (MAP_POPULATE) was slower (1.13-1.18 s): the allocating
-thread then takes every fault, where a threaded kernel's first writes take them on every thread.
-`HOST_HUGE_PAGES=1` gives the advice, for programs that keep large buffers for long.
-(PyTorch's CPU allocator does not advise huge pages unless asked either.)
+Fresh memory of `MAPPED_MIN` bytes and more is an anonymous mapping of its own (`_mapped`), advised
+to use huge pages only once it is filled from host data (`copyin`: weights, tables, inputs, which are
+kept and read many times, an embedding table at random). numpy advises huge pages for all its arrays
+from 4 MiB on, and where the OS makes huge pages only for advised memory (transparent huge pages
+"madvise", a common default) each first write to 2 MiB of such memory may wait while the OS compacts
+memory to find a free huge page: a cost kernel outputs, mostly transient, would pay on every fresh
+allocation. Measured on the 2-vCPU VM of session 12: touching 800 MB of fresh 8 MB arrays took
+0.07-6.7 s with the advice and 0.45-0.59 s without; MiniLM 32 x 128's first eager call (790 MB of
+intermediates) 2.7-4.8 s with it, 1.04-1.18 s without, later calls the same either way (medians of
+20 calls: 558-590 ms without, 559-578 with, in three alternating pairs). But `take` of 4,096 rows
+from a 47 MB table ran 0.88-0.98 ms with the table on huge pages and 1.19 ms without (a TLB miss per
+row). Making the pages present in the mapping call (MAP_POPULATE) was slower for the first call
+(1.13-1.18 s): the allocating thread then takes every fault, where a threaded kernel's first writes
+take them on every thread. `HOST_HUGE_PAGES=1` advises every large buffer when it is mapped.
 """
 from __future__ import annotations
 
@@ -205,9 +207,19 @@ def _mapped(size: int) -> np.ndarray:
         memory = mmap.mmap(-1, size, flags=_MAP_FLAGS)
     except OSError as error:
         raise MemoryError(f"alloc: cannot map {size} bytes of host memory: {error}") from error
-    if config.get().host_huge_pages and hasattr(mmap, "MADV_HUGEPAGE"):
+    raw = np.frombuffer(memory, dtype=np.uint8)
+    if config.get().host_huge_pages:
+        _advise_huge_pages(raw)
+    return raw
+
+
+def _advise_huge_pages(raw: np.ndarray) -> None:
+    """Ask for huge pages under `raw` when it is one of `_mapped`'s mappings (a hint: pages already
+    present stay as they are until the OS collapses them in the background)."""
+    base = raw.base
+    memory = base.obj if isinstance(base, memoryview) else None
+    if isinstance(memory, mmap.mmap) and hasattr(mmap, "MADV_HUGEPAGE"):
         memory.madvise(mmap.MADV_HUGEPAGE)
-    return np.frombuffer(memory, dtype=np.uint8)
 
 
 class HostAllocator(Allocator):
@@ -251,9 +263,12 @@ class HostAllocator(Allocator):
         return handle.window().data
 
     def copyin(self, handle: HostMemory, src: memoryview) -> None:
+        """Fill the memory from host bytes; a large mapping gets the huge-page advice first (module docstring)."""
         source = memoryview(src).cast("B")
         if source.nbytes != handle.nbytes:
             raise ValueError(f"copyin: source has {source.nbytes} bytes, buffer has {handle.nbytes}")
+        if handle.owner is not None and handle.owner.nbytes >= MAPPED_MIN:
+            _advise_huge_pages(handle.owner)
         self.as_memoryview(handle)[:] = source
 
     def copyout(self, dest: memoryview, handle: HostMemory) -> None:

@@ -247,11 +247,17 @@ def test_large_fresh_memory_is_a_mapping_of_its_own(zeroed: bool) -> None:
 @pytest.mark.skipif(not host._CAN_MAP or _thp_mode() != "madvise",
                     reason="huge-page advice is observable only where transparent huge pages are in madvise mode")
 @pytest.mark.parametrize("huge", [False, True])
-def test_huge_page_advice_only_when_configured(huge: bool) -> None:
+def test_huge_pages_are_advised_for_memory_filled_from_the_host(huge: bool) -> None:
     allocator = HostAllocator()
     with config.override(host_huge_pages=huge):
-        memory = allocator.alloc(host.MAPPED_MIN, zeroed=False)
-    assert _thp_eligible(memory.address) is huge
+        output = allocator.alloc(host.MAPPED_MIN, zeroed=False)  # as a kernel's output
+        table = allocator.alloc(host.MAPPED_MIN, zeroed=False)
+    assert _thp_eligible(output.address) is huge  # advised at once only with HOST_HUGE_PAGES=1
+    assert _thp_eligible(table.address) is huge
+    allocator.copyin(table, memoryview(np.arange(host.MAPPED_MIN, dtype=np.uint8)))  # as from_numpy
+    assert _thp_eligible(table.address) is True
+    assert _thp_eligible(output.address) is huge
+    assert (table.window()[:300] == np.arange(300, dtype=np.uint8)).all()
 
 
 def test_a_refused_mapping_raises_memory_error_naming_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,3 +269,15 @@ def test_a_refused_mapping_raises_memory_error_naming_the_size(monkeypatch: pyte
         pytest.skip("no anonymous mappings on this platform: large buffers come from numpy")
     with pytest.raises(MemoryError, match=f"cannot map {host.MAPPED_MIN + 64} bytes"):
         HostAllocator().alloc(host.MAPPED_MIN)
+
+
+@pytest.mark.skipif(not host._CAN_MAP or _thp_mode() != "madvise",
+                    reason="huge-page advice is observable only where transparent huge pages are in madvise mode")
+@pytest.mark.parametrize("device", ["CLANG", "LLVM"])
+def test_from_numpy_tables_get_huge_pages_and_kernel_outputs_do_not(device: str) -> None:
+    table = from_numpy(np.arange(host.MAPPED_MIN // 4, dtype=np.float32), device)  # 4 MiB + the slack
+    doubled = table.e(BinaryOps.ADD, table)
+    fast.realize(doubled)
+    assert _thp_eligible(table.realized.handle.address) is True  # type: ignore[union-attr]
+    assert _thp_eligible(doubled.realized.handle.address) is False  # type: ignore[union-attr]
+    assert (np.frombuffer(doubled.realized.as_numpy().tobytes(), np.float32)[:5] == [0, 2, 4, 6, 8]).all()  # type: ignore[union-attr]
