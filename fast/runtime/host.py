@@ -215,11 +215,15 @@ def _mapped(size: int) -> np.ndarray:
 
 def _advise_huge_pages(raw: np.ndarray) -> None:
     """Ask for huge pages under `raw` when it is one of `_mapped`'s mappings (a hint: pages already
-    present stay as they are until the OS collapses them in the background)."""
+    present stay as they are until the OS collapses them in the background; a kernel built without
+    transparent huge pages refuses the advice, and nothing changes)."""
     base = raw.base
     memory = base.obj if isinstance(base, memoryview) else None
     if isinstance(memory, mmap.mmap) and hasattr(mmap, "MADV_HUGEPAGE"):
-        memory.madvise(mmap.MADV_HUGEPAGE)
+        try:
+            memory.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass
 
 
 class HostAllocator(Allocator):

@@ -292,3 +292,16 @@ def test_from_numpy_tables_get_huge_pages_and_kernel_outputs_do_not(device: str)
     assert _thp_eligible(table.realized.handle.address) is True  # type: ignore[union-attr]
     assert _thp_eligible(doubled.realized.handle.address) is False  # type: ignore[union-attr]
     assert (np.frombuffer(doubled.realized.as_numpy().tobytes(), np.float32)[:5] == [0, 2, 4, 6, 8]).all()  # type: ignore[union-attr]
+
+
+
+def test_refused_huge_page_advice_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not host._CAN_MAP or not hasattr(host.mmap, "MADV_HUGEPAGE"):
+        pytest.skip("no anonymous mappings or no huge-page advice on this platform")
+    monkeypatch.setattr(host.mmap, "MADV_HUGEPAGE", 0x7FFF)  # an advice the kernel refuses (EINVAL)
+    with pytest.raises(OSError):
+        host.mmap.mmap(-1, 4096, flags=host._MAP_FLAGS).madvise(0x7FFF)
+    values = np.arange(host.MAPPED_MIN // 4, dtype=np.float32)
+    with config.override(host_huge_pages=True):
+        table = from_numpy(values, "CLANG")  # advised when mapped and again when filled: both refused
+    assert np.array_equal(np.frombuffer(table.realized.as_numpy().tobytes(), np.float32), values)  # type: ignore[union-attr]
