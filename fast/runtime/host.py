@@ -34,6 +34,7 @@ from a 47 MB table ran 0.88-0.98 ms with the table on huge pages and 1.19 ms wit
 row). Making the pages present in the mapping call (MAP_POPULATE) was slower for the first call
 (1.13-1.18 s): the allocating thread then takes every fault, where a threaded kernel's first writes
 take them on every thread. `HOST_HUGE_PAGES=1` advises every large buffer when it is mapped.
+(fast/debug/pages.py turns numpy's own advice off while `compare` runs, for the same reason.)
 """
 from __future__ import annotations
 
