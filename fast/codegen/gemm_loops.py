@@ -4,11 +4,12 @@ register-tiled micro-kernel and the epilogue, written into the general lowering'
 
 Fused multiply-adds are decided per tile inside the kernel. While B is packed, each micro-panel
 gets a flag "every element is below `FMA_BOUNDS` in magnitude" (NaN fails); each block of MR rows of
-A gets one from the vector pass over its rows that also packs them, once per group. A tile whose two flags hold adds its
-products with FMA; any other tile (a product there might overflow, docs/semantics.md) runs the
-unfused loop, `acc + round(a*b)`. Tiles are fixed by the shape alone (blocks of MR rows of one batch,
-panels of NR columns), never by the thread share, so the choice, like the order, never depends on
-the thread count, and no input needs the engine's scan (`bounded_inputs` stays empty).
+A gets one from the vector pass over its rows that also packs them, once per group; with A read in
+place and B one micro-panel, the tile checks its rows while it runs (codegen/gemm_checked.py). A tile
+whose two flags hold adds its products with FMA; any other tile (a product there might overflow,
+docs/semantics.md) runs the unfused loop, `acc + round(a*b)`. Tiles are fixed by the shape alone
+(blocks of MR rows of one batch, panels of NR columns), never by the thread share, so the choice,
+like the order, never depends on the thread count, and no input needs the engine's scan.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fast import config
+from fast.codegen import gemm_checked
 from fast.codegen.analyze import KernelInfo, node_dtype
 from fast.codegen.fma import FMA_BOUNDS
 from fast.codegen.gemm import (
@@ -52,13 +54,15 @@ class _Emitter:
         self.blocks = -(-self.m // tiles.rows)  # blocks of rows per batch
         self.full_panels, self.all_panels = self.n // tiles.columns, -(-self.n // tiles.columns)
         self.pack_a = self.k >= PACK_A_MIN_K and self.all_panels >= PACK_A_MIN_PANELS
+        self.checks_in_tile = gemm_checked.applies(fused, self.pack_a, self.all_panels)
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
         self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
         self.a_stride = packed_row_stride(self.k, self.dtype.itemsize, tiles.lanes)
         self.packed_a = self.scratch(self.dtype, self.a_stride * tiles.group_rows) if self.pack_a else None
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None
-        self.rows_ok = self.scratch(dtypes.bool, tiles.group_rows // tiles.rows) if fused else None
+        rows_flags = fused and not self.checks_in_tile  # else the tiles check A's rows (gemm_checked.py)
+        self.rows_ok = self.scratch(dtypes.bool, tiles.group_rows // tiles.rows) if rows_flags else None
         looped = epilogue_size(ctx.info) > UNROLLED_EPILOGUE_MAX or not stores_columns_contiguously(ctx.info, shape)
         self.tile = self.scratch(self.dtype, tiles.rows * tiles.columns) if looped else None
         self.group_start = -1  # IR value: the first block of rows of the current group (packed A's origin)
@@ -273,7 +277,9 @@ class _Emitter:
         """`rows` x `columns` accumulators over K (fused where the tile's flags allow), then the
         epilogue and STOREs of each."""
         accs = [[self.b.define_acc(0.0, self.vector(width)) for _, width in columns] for _ in range(rows)]
-        if self.panel_ok is not None and self.rows_ok is not None:
+        if self.checks_in_tile:
+            gemm_checked.micro_kernel_checked(self, panel, block, accs, columns)
+        elif self.panel_ok is not None and self.rows_ok is not None:
             flags = (self.b.load(self.panel_ok.idx, dtypes.bool, self.render(self.local_panel(panel))),
                      self.b.load(self.rows_ok.idx, dtypes.bool, self.block_slot(block)))
             fused = self.b.alu(UnaryOps.CAST, (self.b.alu(BinaryOps.MUL, flags),), INT64)
