@@ -149,13 +149,17 @@ def swapped_const_slots(fast: ModuleType) -> Undo:
 
 def guard_one_bound(fast: ModuleType) -> Undo:
     """The FMA guard checks only `value < bound`: large negative inputs (and -inf) pass, so fused
-    products that overflow no longer give the unfused infinities (GEMM tiles and the engine's scan)."""
+    products that overflow no longer give the unfused infinities (GEMM tiles, the checks inside
+    one-panel tiles (codegen/gemm_checked.py) and the engine's scan)."""
     gemm_loops, guard = _module(fast, "codegen.gemm_loops"), _module(fast, "engine.fma_guard")
-    ops = _module(fast, "ops")
+    checked, ops = _module(fast, "codegen.gemm_checked"), _module(fast, "ops")
 
     def bounded(self: Any, value: int) -> int:
         dtype = self.b.dtype(value)
         return self.b.alu(ops.BinaryOps.CMPLT, (value, self.b.const(gemm_loops.FMA_BOUNDS[self.dtype], dtype)))
+
+    def square_upper_only(emitter: Any, ok: int, value: int) -> None:
+        emitter.b.assign(ok, emitter.b.alu(ops.BinaryOps.MUL, (ok, bounded(emitter, value))))
 
     def upper_only(buffer: Any, dtype: Any) -> bool:
         window = getattr(buffer.handle, "window", None)
@@ -171,6 +175,7 @@ def guard_one_bound(fast: ModuleType) -> Undo:
         guard._CHECKED.clear()
         guard._CHECKED.update(saved)
     return _fresh_kernels(fast, set_attribute(gemm_loops._Emitter, "bounded", bounded),
+                          set_attribute(checked, "and_square_bounded", square_upper_only),
                           set_attribute(guard, "_bounded", upper_only), restore)
 
 

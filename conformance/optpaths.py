@@ -26,8 +26,8 @@ from typing import Any
 REQUIRED_OPT = tuple(f"opt:{name}" for name in (
     "vector-output", "vector-tail", "vector-reduce", "unrolled-outputs", "register-tile", "dot-tile",
     "column-chunks", "multi-reduce", "row-kernel", "gemm", "gemm-row-edge", "gemm-column-edge", "gemm-no-edge",
-    "gemm-batched", "gemm-fma", "threaded", "thread-split-even", "thread-split-remainder", "const-params",
-    "replayed", "captured",
+    "gemm-batched", "gemm-fma", "gemm-checked-tiles", "threaded", "thread-split-even", "thread-split-remainder",
+    "const-params", "replayed", "captured",
 ))
 
 

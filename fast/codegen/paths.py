@@ -24,6 +24,7 @@ Names (each present when the kernel has the property):
 """
 from __future__ import annotations
 
+from fast.codegen import gemm_checked
 from fast.codegen.analyze import KernelInfo
 from fast.codegen.gemm import PACK_A_MIN_K, PACK_A_MIN_PANELS, choose_tiles, match
 from fast.codegen.opt import KernelPlan
@@ -68,8 +69,12 @@ def gemm_paths(info: KernelInfo, options: RendererOptions, fused: bool) -> tuple
     names = {"gemm", "gemm-row-edge" if m % tiles.rows else "", "gemm-column-edge" if n % tiles.columns else ""}
     if m % tiles.rows == 0 and n % tiles.columns == 0:
         names.add("gemm-no-edge")
-    if k >= PACK_A_MIN_K and -(-n // tiles.columns) >= PACK_A_MIN_PANELS:
+    panels = -(-n // tiles.columns)
+    packs_a = k >= PACK_A_MIN_K and panels >= PACK_A_MIN_PANELS
+    if packs_a:
         names.add("gemm-pack-a")
+    if gemm_checked.applies(fused, packs_a, panels):
+        names.add("gemm-checked-tiles")
     if shape.batch:
         names.add("gemm-batched")
     if fused:
