@@ -30,8 +30,10 @@ from fast.codegen.gemm import (
     GemmTiles,
     LoweringContext,
     choose_tiles,
+    column_vectors,
     epilogue_size,
     match,
+    padded_vectors,
     stores_columns_contiguously,
 )
 from fast.codegen.gemm_pack import pack_columns
@@ -64,7 +66,8 @@ class _Emitter:
         rows_flags = fused and not self.checks_in_tile  # else the tiles check A's rows (gemm_checked.py)
         self.rows_ok = self.scratch(dtypes.bool, tiles.group_rows // tiles.rows) if rows_flags else None
         looped = epilogue_size(ctx.info) > UNROLLED_EPILOGUE_MAX or not stores_columns_contiguously(ctx.info, shape)
-        self.tile = self.scratch(self.dtype, tiles.rows * tiles.columns) if looped else None
+        padded = padded_vectors(self.n, tiles, True) != column_vectors(self.n, tiles, True)  # edge: via the tile
+        self.tile = self.scratch(self.dtype, tiles.rows * tiles.columns) if looped or padded else None
         self.group_start = -1  # IR value: the first block of rows of the current group (packed A's origin)
         self.column_block: Node | None = None
         self.env: Env = {}  # the batch axes, set while emitting
@@ -200,7 +203,8 @@ class _Emitter:
             panel = self.loop("jr", *self.panel_range(edge_columns), self.all_panels - 1)
             for start, end, rows in ranges:
                 block = self.loop("ir", start, end, self.blocks - 1)
-                self.micro_kernel(panel, block, rows, self.column_vectors(edge_columns))
+                self.micro_kernel(panel, block, rows, padded_vectors(self.n, self.tiles, edge_columns),
+                                  column_vectors(self.n, self.tiles, edge_columns))
                 self.b.end_loop()
             self.b.end_loop()
         self.b.end_loop()
@@ -260,22 +264,10 @@ class _Emitter:
             self.b.store(self.packed_a.idx, self.packed_row_index(block, first, row), value)
         self.and_bounded(ok, value)
 
-    def column_vectors(self, edge: bool) -> list[tuple[int, int]]:
-        """(first column within the micro-panel, width) of each accumulator of a row: `vectors`
-        vectors of `lanes`; on the edge panel only the N % NR columns that exist, in vectors of
-        lanes, lanes/2, lanes/4, then single columns."""
-        if not edge:
-            return [(vector * self.tiles.lanes, self.tiles.lanes) for vector in range(self.tiles.vectors)]
-        remaining, offset, columns = self.n % self.tiles.columns, 0, []
-        for width in (self.tiles.lanes, self.tiles.lanes // 2, self.tiles.lanes // 4, 1):
-            while remaining >= width and (width >= 4 or width == 1):
-                columns.append((offset, width))
-                offset, remaining = offset + width, remaining - width
-        return columns
-
-    def micro_kernel(self, panel: Variable, block: Variable, rows: int, columns: list[tuple[int, int]]) -> None:
+    def micro_kernel(self, panel: Variable, block: Variable, rows: int, columns: list[tuple[int, int]],
+                     stored: list[tuple[int, int]]) -> None:
         """`rows` x `columns` accumulators over K (fused where the tile's flags allow), then the
-        epilogue and STOREs of each."""
+        epilogue and STOREs of each of the `stored` columns."""
         accs = [[self.b.define_acc(0.0, self.vector(width)) for _, width in columns] for _ in range(rows)]
         if self.checks_in_tile:
             gemm_checked.micro_kernel_checked(self, panel, block, accs, columns)
@@ -289,11 +281,11 @@ class _Emitter:
                 self.b.end_loop()
         else:
             self.products(panel, block, accs, columns, False)
-        if self.tile is None or rows == 1:
+        if columns == stored and (self.tile is None or rows == 1):
             for row in range(rows):
                 self.row_epilogue(panel, self.rows_env(block, row), accs[row], columns)
             return
-        self.looped_epilogue(panel, block, accs, columns)
+        self.looped_epilogue(panel, block, accs, columns, stored)
 
     def row_epilogue(self, panel: Variable, rows_env: Env, values: list[int],
                      columns: list[tuple[int, int]]) -> None:
@@ -303,11 +295,12 @@ class _Emitter:
             self.epilogue([{**rows_env, self.shape.column: column + lane} for lane in range(width)], value)
 
     def looped_epilogue(self, panel: Variable, block: Variable, accs: list[list[int]],
-                        columns: list[tuple[int, int]]) -> None:
-        """The accumulators go to the tile scratch (row r, column c at `r * NR + c`), then one loop
-        over the tile's rows runs the epilogue: one copy of its code instead of MR. An unrolled
-        epilogue of MR rows made GCC's induction-variable pass take seconds per kernel (quadratic
-        in the uses of a loop), and lowering and rendering it cost as much again in Python."""
+                        columns: list[tuple[int, int]], stored: list[tuple[int, int]]) -> None:
+        """The accumulators (of `columns`) go to the tile scratch (row r, column c at `r * NR + c`),
+        then one loop over the tile's rows runs the epilogue on the `stored` columns: one copy of its
+        code instead of MR. An unrolled epilogue of MR rows made GCC's induction-variable pass take
+        seconds per kernel (quadratic in the uses of a loop), and lowering and rendering it cost as
+        much again in Python."""
         assert self.tile is not None  # noqa: S101 - callers check
         nr = self.tiles.columns
         for row, row_accs in enumerate(accs):
@@ -319,8 +312,8 @@ class _Emitter:
         for within in range(per_step):
             tile_row: Node = step * per_step + within
             values = [self.b.load(self.tile.idx, self.vector(width), self.render(tile_row * nr + offset))
-                      for offset, width in columns]
-            self.row_epilogue(panel, self.rows_env(block, tile_row), values, columns)
+                      for offset, width in stored]
+            self.row_epilogue(panel, self.rows_env(block, tile_row), values, stored)
         self.b.end_loop()
 
     def vector(self, width: int) -> DType:

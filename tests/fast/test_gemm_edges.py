@@ -1,0 +1,99 @@
+"""The edge micro-panel of a GEMM (N % NR columns) is computed in whole vectors of `lanes` over
+packed B's zeros past N, and only the columns that exist are stored (fast/codegen/gemm.py
+`padded_vectors`). Checked on every width of the edge, in both orientations (x's rows, and W's rows
+for a linear on a few tokens), with epilogues, against float64 products; the micro-kernels keep no
+accumulator narrower than a vector; nothing past N is written (poisoned outputs around a view)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fast
+from fast import config, xp
+from fast.codegen.lower import lower
+from fast.runtime import cpu
+
+DEVICES = ["CLANG", "LLVM"]
+OPTIONS = cpu.renderer_options()
+LANES = OPTIONS.lanes(fast.dtypes.float32)
+TILES_KNOWN = OPTIONS.gemm and LANES >= 4
+needs_tiles = pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
+
+
+def _program(out: xp.Array) -> object:
+    items = [item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"]
+    return lower(items[-1].ast, OPTIONS)
+
+
+def _float_accumulators(program: object) -> list[int]:
+    """The lane count of every float accumulator the program defines."""
+    return [instr.dtype.count for instr in program.instrs  # type: ignore[attr-defined]
+            if instr.op.name == "DEFINE_ACC" and instr.dtype.scalar() == fast.dtypes.float32]
+
+
+def _within_tolerance(got: np.ndarray, a: np.ndarray, b: np.ndarray, extra: np.ndarray | float = 0.0) -> None:
+    exact = a.astype(np.float64) @ b.astype(np.float64) + extra
+    bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64) + np.abs(extra)
+    tolerance = bound * (a.shape[-1] + 2) * float(np.finfo(np.float32).eps) + 1e-6
+    np.testing.assert_array_less(np.abs(got - exact), tolerance)
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("width", list(range(1, 2 * LANES)) if TILES_KNOWN else [1])
+def test_every_edge_width_on_x_rows(device: str, width: int) -> None:
+    """`a @ b` with N = 2 NR + width (AVX2: 32 + 1..15): full panels, then an edge of `width`."""
+    rng = np.random.default_rng(width)
+    n = 4 * LANES + width
+    a, b = rng.standard_normal((45, 37)).astype(np.float32), rng.standard_normal((37, n)).astype(np.float32)
+    out = xp.asarray(a, device=device) @ xp.asarray(b, device=device)
+    program = _program(out)
+    assert program.scratch and set(_float_accumulators(program)) == {LANES}  # type: ignore[attr-defined]
+    _within_tolerance(np.asarray(out), a, b)
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tokens", [4, 5, 6, 7, 9, 13, 15, 17, 23, 31])
+def test_linears_on_few_tokens(device: str, tokens: int) -> None:
+    """`x @ W.T + bias` (W the rows' operand, the tokens B's columns), with GELU-like tanh epilogue
+    too: every token count's edge (one micro-panel or a full one and an edge)."""
+    rng = np.random.default_rng(tokens)
+    x, w, bias = (rng.standard_normal(shape).astype(np.float32) for shape in ((tokens, 96), (70, 96), (70,)))
+    xx, wx, bx = (xp.asarray(value, device=device) for value in (x, w, bias))
+    plain = xx @ xp.matrix_transpose(wx) + bx
+    program = _program(plain)
+    assert program.scratch and set(_float_accumulators(program)) == {LANES}  # type: ignore[attr-defined]
+    _within_tolerance(np.asarray(plain), x, np.ascontiguousarray(w.T), bias)
+    activated = np.asarray(xp.tanh(xx @ xp.matrix_transpose(wx) + bx) * 0.5)
+    exact = x.astype(np.float64) @ w.T.astype(np.float64) + bias
+    np.testing.assert_allclose(activated, np.tanh(exact) * 0.5, rtol=1e-5, atol=1e-5)
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+def test_nothing_is_written_past_the_columns(device: str) -> None:
+    """The product's columns are a window of a wider buffer (a pad then a shrink): the lanes the
+    edge computes past N are never stored, so the output's other columns hold what they should."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((40, 21)).astype(np.float32), rng.standard_normal((21, 19)).astype(np.float32)
+    with config.override(alloc_poison=True):
+        product = xp.asarray(a, device=device) @ xp.asarray(b, device=device)
+        wide = xp.concat([product, xp.ones((40, 5), device=device)], axis=1)
+        got = np.asarray(wide)
+    _within_tolerance(got[:, :19], a, b)
+    np.testing.assert_array_equal(got[:, 19:], np.ones((40, 5), np.float32))
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+def test_bits_do_not_depend_on_threads(device: str) -> None:
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((13, 200)).astype(np.float32), rng.standard_normal((150, 200)).astype(np.float32)
+    results = []
+    for threads in (1, 2, 3):
+        with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
+            results.append(np.asarray(xp.asarray(x, device=device) @ xp.matrix_transpose(xp.asarray(w, device=device))))
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+    _within_tolerance(results[0], x, np.ascontiguousarray(w.T))
