@@ -52,6 +52,13 @@ from fast.shape.symbolic import Node, Variable
 
 #: Bytes of packed B per thread share (a stack array of the kernel: codegen/ir.py `scratch`).
 SCRATCH_BYTES = 2 << 20
+#: Column blocks of B at least, when all of a GEMM's rows fit in one group (`choose_tiles`): threads
+#: share units (batch, column block, block of rows) in that order, so with one block every thread
+#: packed all of B for its few rows; with four, each packs its own blocks. A linear layer on 32-160
+#: tokens (`x @ W.T`, 384 x 384, two threads, a chain of 24 under `fast.jit`): 133, 183, 272 and
+#: 347 us at 32, 64, 128 and 160 tokens (numpy 103-408) -> 78, 138, 239 and 295 us. Products that
+#: already had two blocks (MiniLM's 384 <-> 1536 on 32 tokens) ran the same with two or four.
+SHARED_BLOCKS = 4
 #: The fewest rows per batch for which packing B pays (fewer: the plain register tiles of opt.py).
 MIN_ROWS = 32
 #: At most this many micro-panels of B: each block of A is its own group (`choose_tiles`).
@@ -179,8 +186,9 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     """MR x NR from the vector registers (about three quarters hold accumulators: 12 x 2 vectors
     with 32 registers, 6 x 2 with 16), fewer vectors when N is narrow, and rows that divide M when
     a nearby count does (keeping `MIN_ACCUMULATORS` when M is long); MC so that MC x K of A fills
-    about half the core's cache; the packed block of B within `SCRATCH_BYTES`. None when one
-    micro-panel of B does not fit."""
+    about half the core's cache; the packed block of B within `SCRATCH_BYTES`, and at least
+    `SHARED_BLOCKS` blocks when the rows fit in one group (not batched). None when one micro-panel of
+    B does not fit."""
     dtype = node_dtype(shape.a)
     lanes = options.lanes(dtype)
     if lanes < 4:
@@ -198,10 +206,12 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
         return None
     total_panels = -(-n // (vectors * lanes))
     blocks = -(-(total_panels * panel_bytes) // SCRATCH_BYTES)
-    panels = -(-total_panels // blocks)
     # one block per group when few panels reuse it (a narrow B, as a linear layer on a few tokens):
     # the block's bound pass then reads rows the previous block's tile prefetched
     group = 1 if total_panels <= FEW_PANELS else max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
+    if not shape.batch and m <= group * rows:  # one group of rows: threads share B's column blocks
+        blocks = max(blocks, min(SHARED_BLOCKS, total_panels))
+    panels = -(-total_panels // blocks)
     return GemmTiles(rows, vectors, lanes, group * rows, panels)
 
 

@@ -97,3 +97,43 @@ def test_bits_do_not_depend_on_threads(device: str) -> None:
     for other in results[1:]:
         np.testing.assert_array_equal(other, results[0])
     _within_tolerance(results[0], x, np.ascontiguousarray(w.T))
+
+
+def test_few_rows_split_b_into_blocks_that_threads_share() -> None:
+    """Rows that fit in one group (not batched): at least `SHARED_BLOCKS` column blocks of B, so
+    each thread packs only its own; many rows, or a batch: blocks only as the scratch requires."""
+    if not TILES_KNOWN:
+        pytest.skip("this host's renderer has no vectors for GEMM tiles")
+    from fast.codegen import gemm
+    from fast.codegen.analyze import analyze
+
+    def tiles(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, int]:
+        out = xp.asarray(np.ones(a_shape, np.float32)) @ xp.asarray(np.ones(b_shape, np.float32))
+        info = analyze([item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"][-1].ast)
+        shape = gemm.match(info, OPTIONS)
+        assert shape is not None
+        chosen = gemm.choose_tiles(shape, OPTIONS)
+        assert chosen is not None
+        return -(-shape.sizes[shape.column] // chosen.columns), chosen.panels  # (all panels, per block)
+
+    total, per_block = tiles((40, 384), (384, 384))
+    assert -(-total // per_block) >= gemm.SHARED_BLOCKS
+    total, per_block = tiles((4096, 384), (384, 384))
+    assert per_block == total  # one block fits the scratch
+    total, per_block = tiles((6, 40, 384), (6, 384, 384))
+    assert per_block == total  # batched: threads share the batches
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows,n", [(32, 384), (33, 70), (100, 129), (45, 65)])
+def test_few_rows_in_shared_blocks_agree(device: str, rows: int, n: int) -> None:
+    rng = np.random.default_rng(rows + n)
+    x, w = rng.standard_normal((rows, 96)).astype(np.float32), rng.standard_normal((n, 96)).astype(np.float32)
+    results = []
+    for threads in (1, 2, 3):
+        with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
+            results.append(np.asarray(xp.asarray(x, device=device) @ xp.matrix_transpose(xp.asarray(w, device=device))))
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+    _within_tolerance(results[0], x, np.ascontiguousarray(w.T))
