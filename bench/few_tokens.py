@@ -27,6 +27,7 @@ LAYERS = 24
 HIDDEN, INNER = 384, 1536
 TOKENS = (1, 4, 5, 7, 8, 12, 15, 16, 17, 24, 31, 32, 48, 64, 128, 160)
 MLP_TOKENS = (16, 32, 128)
+PAUSE_S = 0.3
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
@@ -40,10 +41,14 @@ def _median_us(call: Callable[[], Any], repeats: int) -> float:
 
 
 def _alternating(fast_call: Callable[[], Any], numpy_call: Callable[[], Any], repeats: int) -> tuple[float, float]:
-    """Medians (us) of the two calls timed in three alternating blocks (the medians of the blocks')."""
+    """Medians (us) of the two calls timed in three alternating blocks (the medians of the blocks'),
+    each block after `PAUSE_S` idle: OpenBLAS's threads poll for a while after numpy's last call and
+    would take a core from fast's next block (bench/timing.py)."""
     fast_blocks, numpy_blocks = [], []
     for _ in range(3):
+        time.sleep(PAUSE_S)
         fast_blocks.append(_median_us(fast_call, repeats))
+        time.sleep(PAUSE_S)
         numpy_blocks.append(_median_us(numpy_call, repeats))
     return statistics.median(fast_blocks), statistics.median(numpy_blocks)
 
