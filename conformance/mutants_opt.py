@@ -150,7 +150,7 @@ def swapped_const_slots(fast: ModuleType) -> Undo:
 def guard_one_bound(fast: ModuleType) -> Undo:
     """The FMA guard checks only `value < bound`: large negative inputs (and -inf) pass, so fused
     products that overflow no longer give the unfused infinities (GEMM tiles, the checks inside
-    one-panel tiles (codegen/gemm_checked.py) and the engine's scan)."""
+    the tiles of few panels (codegen/gemm_checked.py) and the engine's scan)."""
     gemm_loops, guard = _module(fast, "codegen.gemm_loops"), _module(fast, "engine.fma_guard")
     checked, ops = _module(fast, "codegen.gemm_checked"), _module(fast, "ops")
 

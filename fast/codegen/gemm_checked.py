@@ -1,6 +1,7 @@
-"""The micro-kernel of a GEMM whose A is read in place and whose B is one micro-panel (codegen/gemm_loops.py
-writes the rest): a linear layer on a few tokens, where A is the layer's W (its rows are the GEMM's rows)
-and B the tokens (N <= NR columns).
+"""The micro-kernel of a GEMM whose A is read in place and whose B is one micro-panel, or two without batch
+axes (`applies`; codegen/gemm_loops.py writes the rest): a linear layer on a few tokens, where A is the
+layer's W (its rows are the GEMM's rows) and B the tokens (N <= 2 NR columns: fewer than 32 tokens with
+AVX2).
 
 Such a kernel reads each row of A once, from memory. The general path first passes over a block's rows
 to AND their bound flag (gemm_loops.py's module docstring), then runs the tile: the pass waits for the
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fast.codegen.gemm import FEW_PANELS
 from fast.codegen.gemm_prefetch import batch_hint_spacing, next_batch_hints
 from fast.codegen.ir import INT64, LoopKind
 from fast.dtype import dtypes
@@ -28,9 +30,13 @@ from fast.shape.symbolic import NumNode, Variable, sym_and
 LARGEST = {dtypes.float32: float(np.finfo(np.float32).max), dtypes.float64: float(np.finfo(np.float64).max)}
 
 
-def applies(fused: bool, packs_a: bool, panels: int) -> bool:
-    """Whether a GEMM checks A's rows inside its tiles: fused, A read in place, one micro-panel."""
-    return fused and not packs_a and panels == 1
+def applies(fused: bool, packs_a: bool, panels: int, batched: bool) -> bool:
+    """Whether a GEMM checks A's rows inside its tiles: fused, A read in place, one micro-panel, or
+    two without batch axes (each block of rows is then its own group, and each of its two tiles checks
+    the rows itself: a linear on 17-31 tokens, 64-73 -> 57-70 us, where the second tile's checks cost
+    less than the pass). Attention's `p @ v` (two panels of d = 32, batched) keeps the pass: its
+    timings, alternated, did not tell the two apart."""
+    return fused and not packs_a and (panels == 1 or panels <= FEW_PANELS and not batched)
 
 
 def chunk_steps(emitter: Any) -> int:

@@ -73,7 +73,7 @@ def gemm_paths(info: KernelInfo, options: RendererOptions, fused: bool) -> tuple
     packs_a = k >= PACK_A_MIN_K and panels >= PACK_A_MIN_PANELS
     if packs_a:
         names.add("gemm-pack-a")
-    if gemm_checked.applies(fused, packs_a, panels):
+    if gemm_checked.applies(fused, packs_a, panels, bool(shape.batch)):
         names.add("gemm-checked-tiles")
     if shape.batch:
         names.add("gemm-batched")

@@ -1,4 +1,4 @@
-"""GEMMs of one micro-panel with A read in place (fast/codegen/gemm_checked.py): a linear layer on a
+"""GEMMs of one or two micro-panels with A read in place (fast/codegen/gemm_checked.py): a linear layer on a
 few tokens, `x @ W.T + bias`, whose rows are W's. The tiles run fused at once and check W's rows as
 they go; a tile with a value beyond the bound (or NaN, or infinite) runs again unfused from zero.
 Checked: which kernels take this path, values on awkward sizes (K below, at and past a chunk, K tails,
@@ -74,7 +74,8 @@ def test_the_square_check_accepts_exactly_the_values_below_the_bound() -> None:
 @needs_tiles
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("tokens,k,n", [(16, 384, 48), (9, 7, 33), (8, 16, 37), (4, 17, 32), (5, 31, 41),
-                                        (13, 33, 64), (16, 129, 35), (4, 100, 97)])
+                                        (13, 33, 64), (16, 129, 35), (4, 100, 97), (17, 96, 40), (24, 50, 37),
+                                        (31, 33, 45)])
 def test_few_tokens_on_awkward_sizes(device: str, tokens: int, k: int, n: int) -> None:
     """K with no whole chunk (7), exactly one (16), one and a tail (17, 31, 33), many and a tail
     (129); W's rows an edge block past the register tile (33, 37, 41, 35, 97)."""
@@ -85,11 +86,12 @@ def test_few_tokens_on_awkward_sizes(device: str, tokens: int, k: int, n: int) -
 
 
 def test_wider_products_keep_the_rows_pass() -> None:
-    """More than one micro-panel (17 tokens), or A packed (a long M): the rows' flags come from the
-    pass over each block (gemm_loops.py), not from the tiles."""
+    """More than two micro-panels (x's 48 rows, 48 columns: three), or A packed (64 columns: four
+    panels, K = 96): the rows' flags
+    come from the pass over each block (gemm_loops.py), not from the tiles."""
     if not TILES_KNOWN:
         pytest.skip("this host's renderer has no fused GEMM tiles")
-    for tokens, n in ((17, 48), (64, 64)):
+    for tokens, n in ((48, 48), (64, 64)):
         x, w, bias = _random(tokens, tokens, 96, n)
         program = _program(xp.asarray(x) @ xp.matrix_transpose(xp.asarray(w)) + xp.asarray(bias))
         assert program.scratch and not _checks_in_tiles(program)  # type: ignore[attr-defined]
