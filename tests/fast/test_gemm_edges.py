@@ -85,11 +85,10 @@ def test_nothing_is_written_past_the_columns(device: str) -> None:
     np.testing.assert_array_equal(got[:, 19:], np.ones((40, 5), np.float32))
 
 
-@needs_tiles
-@pytest.mark.parametrize("device", DEVICES)
-def test_bits_do_not_depend_on_threads(device: str) -> None:
-    rng = np.random.default_rng(11)
-    x, w = rng.standard_normal((13, 200)).astype(np.float32), rng.standard_normal((150, 200)).astype(np.float32)
+def _same_bits_on_1_2_3_threads(device: str, seed: int, rows: int, k: int, n: int) -> None:
+    """`x @ W.T` gives the same bits on 1, 2 and 3 threads, within tolerance of float64."""
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal((rows, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
     results = []
     for threads in (1, 2, 3):
         with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
@@ -97,6 +96,12 @@ def test_bits_do_not_depend_on_threads(device: str) -> None:
     for other in results[1:]:
         np.testing.assert_array_equal(other, results[0])
     _within_tolerance(results[0], x, np.ascontiguousarray(w.T))
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+def test_bits_do_not_depend_on_threads(device: str) -> None:
+    _same_bits_on_1_2_3_threads(device, 11, 13, 200, 150)
 
 
 def test_few_rows_split_b_into_blocks_that_threads_share() -> None:
@@ -128,12 +133,4 @@ def test_few_rows_split_b_into_blocks_that_threads_share() -> None:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("rows,n", [(32, 384), (33, 70), (100, 129), (45, 65)])
 def test_few_rows_in_shared_blocks_agree(device: str, rows: int, n: int) -> None:
-    rng = np.random.default_rng(rows + n)
-    x, w = rng.standard_normal((rows, 96)).astype(np.float32), rng.standard_normal((n, 96)).astype(np.float32)
-    results = []
-    for threads in (1, 2, 3):
-        with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
-            results.append(np.asarray(xp.asarray(x, device=device) @ xp.matrix_transpose(xp.asarray(w, device=device))))
-    for other in results[1:]:
-        np.testing.assert_array_equal(other, results[0])
-    _within_tolerance(results[0], x, np.ascontiguousarray(w.T))
+    _same_bits_on_1_2_3_threads(device, rows + n, rows, 96, n)
