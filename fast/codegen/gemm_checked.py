@@ -3,15 +3,16 @@ axes (`applies`; codegen/gemm_loops.py writes the rest): a linear layer on a few
 layer's W (its rows are the GEMM's rows) and B the tokens (N <= 2 NR columns: fewer than 32 tokens with
 AVX2).
 
-Such a kernel reads each row of A once, from memory. The general path first passes over a block's rows
-to AND their bound flag (gemm_loops.py's module docstring), then runs the tile: the pass waits for the
-rows to arrive with nothing to overlap it (16 x 384 @ 384 x 384, one core: 68-76 us, 61-56 us without
-the pass). Here the tile runs fused at once and checks its rows while it computes (`checked_products`):
-the K steps go in chunks of one cache line of A's row (`chunk_steps`); each chunk first loads its
-MR lines of A as vectors, ANDs their flag and hints the same lines of the next block, then runs its steps.
-When a value turns out beyond the bound (or B's micro-panel flag is false), the tile runs again unfused
-from zero (`micro_kernel_checked`). So the FMA choice, per tile, reads the same elements as the pass
-would: the results are the same, for every thread count (52-60 us on that kernel).
+Such a kernel reads each row of A once, from memory. The general path first passes over a block's
+rows to AND their bound flag (gemm_loops.py's module docstring), then runs the tile: the pass waits for
+the rows to arrive with nothing to overlap it (16 x 384 @ 384 x 384, one core: 68 us with W in cache
+and 76 from memory; 56 and 61 without the pass). Here the tile runs fused at once and checks its rows
+while it computes (`checked_products`): the K steps go in chunks of one cache line of A's row
+(`chunk_steps`); each chunk first loads its MR lines of A as vectors, ANDs their flag and hints the
+same lines of the next block, then runs its steps. When a value turns out beyond the bound (or B's
+micro-panel flag is false), the tile runs again unfused from zero (`micro_kernel_checked`). So the FMA
+choice, per tile, reads the same elements as the pass would and accepts the same values: the results
+are the same, for every thread count (56 and 64 us on that kernel).
 """
 from __future__ import annotations
 
@@ -101,9 +102,9 @@ def _step(e: Any, panel: Variable, block: Variable, accs: list[list[int]], colum
 def and_square_bounded(emitter: Any, ok: int, value: int) -> None:
     """ok &= (value * value < the dtype's largest finite value), lane by lane: false for NaN, for
     infinities and for every |value| >= codegen/fma.py's FMA_BOUNDS (whose square is the first power of
-    two past the largest finite value, so it rounds to infinity); also false for the few values just
-    below the bound whose square rounds up to infinity (those tiles run unfused: a choice the
-    semantics allow). One multiply and one compare, where `bounded` takes two compares and an AND
+    two past the largest finite value, so it rounds to infinity), true for every value below it (the
+    largest one squares to a finite value: tests/fast/test_gemm_checked.py): the same answer as the
+    pass's two compares. One multiply and one compare, where `bounded` takes two compares and an AND
     (16 x 384 @ 384 x 384, one core: 62 -> 56 us)."""
     b = emitter.b
     dtype = b.dtype(value)

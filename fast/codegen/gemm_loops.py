@@ -5,7 +5,7 @@ register-tiled micro-kernel and the epilogue, written into the general lowering'
 Fused multiply-adds are decided per tile inside the kernel. While B is packed, each micro-panel
 gets a flag "every element is below `FMA_BOUNDS` in magnitude" (NaN fails); each block of MR rows of
 A gets one from the vector pass over its rows that also packs them, once per group; with A read in
-place and B one or two micro-panels, each tile checks its rows while it runs (codegen/gemm_checked.py). A tile
+place and B one micro-panel (two without batch axes), each tile checks its rows as it runs (gemm_checked.py). A tile
 whose two flags hold adds its products with FMA; any other tile (a product there might overflow,
 docs/semantics.md) runs the unfused loop, `acc + round(a*b)`. Tiles are fixed by the shape alone
 (blocks of MR rows of one batch, panels of NR columns), never by the thread share, so the choice,
