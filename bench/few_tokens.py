@@ -112,6 +112,7 @@ def mlp_row(tokens: int, device: str, repeats: int) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> str:
+    """The markdown of one run: the chain's table, then the MLP pair's."""
     lines = [f"# Linears on a few tokens ({result['device']}, {result['when']})", "",
              f"A chain of {LAYERS} linears 384 -> 384 (`x @ W.T + b`, a new W each) under `fast.xp.jit`, "
              "against numpy running the same chain; us per linear (bench/few_tokens.py).", "",

@@ -2,11 +2,13 @@
 before timing) and lands in the report; nothing is written without --out-prefix."""
 from __future__ import annotations
 
+import pytest
+
 from bench import few_tokens
 
 
-def test_rows_run_agree_and_are_reported(monkeypatch: object) -> None:
-    monkeypatch.setattr(few_tokens, "PAUSE_S", 0.0)  # type: ignore[attr-defined]
+def test_rows_run_agree_and_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(few_tokens, "PAUSE_S", 0.0)
     chain = [few_tokens.chain_row(tokens, "CLANG", repeats=1) for tokens in (1, 7, 33)]
     mlp = [few_tokens.mlp_row(5, "CLANG", repeats=1)]
     for row in (*chain, *mlp):
