@@ -294,7 +294,7 @@ def _layout(dev: str, m: int, k: int, n: int, seed: int, layout: str, views: str
 def matmul_layouts(cfg: GenConfig) -> list[Program]:
     """On every device kind, matrix products large enough to be lowered as GEMMs (fast/codegen/gemm.py:
     at least 32 rows) in every layout (`a @ b`, `a @ b.T`, `a.T @ b`), on awkward sizes (primes, one
-    more and one less than the register tiles of 8 or 12 rows and 16 or 32 columns, K of 4 and 129,
+    more and one less than the register tiles of 6, 8 or 12 rows and 16, 32 or 64 columns, K of 4 and 129,
     M long enough that the full tile takes an edge block;
     K of 16, 47 and 129 also cover `a @ b.T`'s packing in squares of lanes x lanes with and without
     steps left over, N = 64 with no edge micro-panel), through flipped and padded views, with a bias
@@ -303,8 +303,10 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
     out = []
     sizes = ((33, 5, 31), (37, 129, 17), (47, 4, 33), (97, 16, 65), (41, 47, 64),
              # long M (32 full tiles or more: gemm.LONG_M_BLOCKS): the full tile with an edge block
-             # (193, 197: 6 rows with AVX2; 389: 12 with AVX-512) or 5 rows that divide it (200)
-             (193, 9, 17), (197, 31, 33), (200, 5, 20), (389, 7, 19))
+             # (193, 197: 6 rows with AVX2; 389: 12 with AVX-512) or 5 rows that divide it (200);
+             # with AVX-512 the wide tile of 6 rows x 4 vectors with edge rows and edge columns
+             # (197 x 70, 203 x 129: one column past two micro-panels of 64)
+             (193, 9, 17), (197, 31, 33), (200, 5, 20), (389, 7, 19), (197, 31, 70), (203, 65, 129))
     for dev in cfg.kinds:
         for number, (m, k, n) in enumerate(sizes):
             for layout in ("ab", "abt", "atb"):

@@ -58,7 +58,7 @@ class Config:
     threads: int = 0  # THREADS: cap on the threads one CPU kernel uses; 0: every available core
     parallel_min_work: int = 1 << 21  # a CPU kernel with less estimated work (bytes + flops) runs on one thread
     worker_spin_us: int = 2000  # WORKER_SPIN_US: how long an idle kernel-share worker polls before sleeping
-    worker_spin_max_us: int = 20000  # WORKER_SPIN_MAX_US: ... at most, when the gaps between jobs are short
+    worker_spin_max_us: int = 100000  # WORKER_SPIN_MAX_US: ... at most, when the gaps between jobs are short
     parallel_devices: bool = True  # PARALLEL_DEVICES: items on different devices run concurrently (engine/parallel.py)
     parallel_devices_min_work: int = 1 << 20  # ... only when two devices' items each touch this many bytes
     program_cache_size: int = 1024  # PROGRAM_CACHE_SIZE: compiled kernels kept per process (LRU, engine/programs.py)
@@ -103,7 +103,7 @@ class Config:
             threads=_int(env, "THREADS", 0),
             parallel_min_work=_int(env, "PARALLEL_MIN_WORK", 1 << 21),
             worker_spin_us=_nonnegative_int(env, "WORKER_SPIN_US", 2000),
-            worker_spin_max_us=_nonnegative_int(env, "WORKER_SPIN_MAX_US", 20000),
+            worker_spin_max_us=_nonnegative_int(env, "WORKER_SPIN_MAX_US", 100000),
             parallel_devices=bool(_int(env, "PARALLEL_DEVICES", 1)),
             parallel_devices_min_work=_int(env, "PARALLEL_DEVICES_MIN_WORK", 1 << 20),
             program_cache_size=_int(env, "PROGRAM_CACHE_SIZE", 1024),

@@ -77,16 +77,26 @@ PACK_A_MIN_PANELS = 4
 UNROLLED_EPILOGUE_MAX = 4
 
 #: The fewest accumulators a register tile keeps when its rows are cut down to divide M, once M
-#: holds at least `LONG_M_BLOCKS` blocks of the full tile: two FMA pipes of 4-5 cycles' latency
-#: need about ten independent chains, and with that many blocks the edge block of M % MR rows costs
-#: little. With 16 vector registers (AVX2) the tile is 6 x 2 vectors; cutting it to 4 x 2 so that 4
-#: divides M (512, 1024, MiniLM's 4096) left 8 chains, and the 6-row tile with its edge ran faster
-#: on a Zen 3 EPYC (kernels alone, alternating, best of 15: a @ b.T 512 1.60 -> 1.52 ms, 1024
-#: 14.3 -> 12.8 ms, the MiniLM linears 26.4-26.7 -> 26.1-26.2 ms and 6.65 -> 6.47 ms; a @ b 512
-#: 2.25 -> 2.06 ms). Attention's batched products (M = 128 per batch, 21 blocks of 6 and an edge
-#: of 2) ran 7-10% slower with 6 rows than with 4, so a short M keeps the divisor.
-MIN_ACCUMULATORS = 10
+#: holds at least `LONG_M_BLOCKS` blocks of the full tile: 5 in 6 of the register budget (10 of 12
+#: with 16 vector registers, 20 of 24 with 32). Two FMA pipes of 4-5 cycles' latency need about ten
+#: independent chains, and with that many blocks the edge block of M % MR rows costs little. With 16
+#: registers (AVX2) the tile is 6 x 2 vectors; cutting it to 4 x 2 so that 4 divides M (512, 1024,
+#: MiniLM's 4096) left 8 chains, and the 6-row tile with its edge ran faster on a Zen 3 EPYC (kernels
+#: alone, alternating, best of 15: a @ b.T 512 1.60 -> 1.52 ms, 1024 14.3 -> 12.8 ms, the MiniLM
+#: linears 26.4-26.7 -> 26.1-26.2 ms and 6.65 -> 6.47 ms; a @ b 512 2.25 -> 2.06 ms). With 32
+#: (AVX-512) the 6 x 4 tile with its edge beat the 4 x 4 that divides 4096 (Sapphire Rapids, kernel
+#: alone, best of 40: 4096 x 1536 @ 1536 x 384 11.3 against 11.8 ms). Attention's batched products
+#: (M = 128 per batch, 21 blocks of 6 and an edge of 2) ran 7-10% slower with 6 rows than with 4 on
+#: the EPYC, so a short M keeps the divisor.
+LONG_M_FRACTION = (5, 6)
 LONG_M_BLOCKS = 32
+#: Vectors of columns in a register tile at most: 2 with 16 registers; with 32, `WIDE_VECTORS` once
+#: M is long (`LONG_M_BLOCKS` tiles of the wide tile's rows). More columns per broadcast of A: on a
+#: Sapphire Rapids (AVX-512, kernels alone, best of 40) 6 x 4 against the 8 x 2 tile took a @ b.T 512
+#: 0.68 against 0.74 ms, MiniLM's 4096 x 384 @ 384 x 384 2.75 against 2.87 and 384 -> 1536 10.7
+#: against 10.8; attention's short M per batch (128) ran the same or slower wide (q @ k.T inside
+#: the forward 10.7 against 8.3 ms for six), so a short M keeps 2.
+WIDE_VECTORS = 4
 #: Rows of the tile per step of the looped epilogue (the largest divisor of the tile's rows up to this).
 EPILOGUE_ROWS_PER_STEP = 2
 
@@ -185,7 +195,8 @@ def _classify(info: KernelInfo, a: LazyOp, b: LazyOp, sizes: tuple[int, ...]) ->
 def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None:
     """MR x NR from the vector registers (about three quarters hold accumulators: 12 x 2 vectors
     with 32 registers, 6 x 2 with 16), fewer vectors when N is narrow, and rows that divide M when
-    a nearby count does (keeping `MIN_ACCUMULATORS` when M is long); MC so that MC x K of A fills
+    a nearby count does (keeping `LONG_M_FRACTION` of the budget when M is long), up to `WIDE_VECTORS`
+    vectors with 32 registers and a long M; MC so that MC x K of A fills
     about half the core's cache; the packed block of B within `SCRATCH_BYTES`, and at least
     `SHARED_BLOCKS` blocks when the rows fit in one group (not batched). None when one micro-panel of
     B does not fit."""
@@ -195,11 +206,13 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
         return None
     m, n, k = shape.size(shape.rows), shape.sizes[shape.column], shape.sizes[shape.reduce]
     budget = 24 if options.vector_registers >= 32 else 12
-    vectors = max(1, min(2, -(-n // lanes)))
+    widest = WIDE_VECTORS if options.vector_registers >= 32 and m >= LONG_M_BLOCKS * (budget // WIDE_VECTORS) else 2
+    vectors = max(1, min(widest, -(-n // lanes)))
     most = min(budget // vectors, 16)
     fewest = (most + 1) // 2 + 1
     if m >= LONG_M_BLOCKS * most:
-        fewest = max(fewest, -(-MIN_ACCUMULATORS // vectors))
+        share, whole = LONG_M_FRACTION
+        fewest = max(fewest, -(-(budget * share // whole) // vectors))
     rows = next((r for r in range(most, fewest - 1, -1) if m % r == 0), most)
     panel_bytes = k * vectors * lanes * dtype.itemsize
     if panel_bytes > SCRATCH_BYTES:

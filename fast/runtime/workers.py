@@ -4,9 +4,9 @@ A thread pool hands work over through a condition variable: on virtual machines 
 takes 100-500 µs to wake. A `Crew` keeps its workers polling in native code (runtime/native_loops.py,
 GIL released) for `config.worker_spin_us` (WORKER_SPIN_US, 2 ms) after each job, then sleeping on
 an Event that posting sets (the words stay the source of truth, the Event is only a doorbell). A
-worker whose last idle spell was short polls longer next time, up to WORKER_SPIN_MAX_US (20 ms:
-`adapted_spin_us`), so a caller that does a few ms of other work between kernels finds it awake
-(OpenBLAS's threads poll about 100 ms, Intel OpenMP's 200 ms). A
+worker whose last idle spell was short polls longer next time, up to WORKER_SPIN_MAX_US (100 ms:
+`adapted_spin_us`), so a caller that does other work between kernels finds it awake, a full
+garbage collection included (OpenBLAS's threads poll about 100 ms, Intel OpenMP's 200 ms). A
 worker woken by its doorbell's timeout, with nothing to do, sleeps again at once: an idle process
 does not poll, and polling yields the core every `YIELD_EVERY` polls. While the crew runs a kernel
 sequence (`Crew.sequence`, whose native program posts chunks with no doorbell), workers do not sleep.
@@ -88,14 +88,23 @@ class NativeBatch:
 
 class CrewState:
     """What a crew's caller tells its workers outside the board: `in_sequence` while a kernel sequence
-    runs (`Crew.sequence`). Written and read by Python code only (under the GIL): a worker sets its
-    `asleep` and then reads this flag, the caller sets the flag and then reads `asleep`, so one of the
-    two sees the other's write."""
+    runs (`Crew.sequence`), and `gap_us`, the caller's last gap between jobs (from the return of one
+    native job until the post of the next; infinite until one returned). Written and read by Python
+    code only (under the GIL): a worker sets its `asleep` and then reads `in_sequence`, the caller
+    sets the flag and then reads `asleep`, so one of the two sees the other's write.
 
-    __slots__ = ("in_sequence",)
+    The gap is the caller's measurement because a worker cannot time its own idle spell: a worker
+    whose polling ended needs the GIL to note the time and go to sleep, and a caller busy in Python
+    holds it (a garbage collection of 25 ms between two 512 x 512 products): the worker noted the
+    time only when the caller released the GIL to post the next job, so it saw a spell of its polling
+    window alone, and its window grew by half a window per job, six jobs before it outlasted the
+    collection."""
+
+    __slots__ = ("in_sequence", "gap_us")
 
     def __init__(self) -> None:
         self.in_sequence = False
+        self.gap_us = float("inf")
 
 
 class _Worker:
@@ -133,7 +142,7 @@ class _Worker:
             if self.state.in_sequence:  # the sequence posts its steps with no doorbell: keep polling
                 first = polls(max(spin_us, SEQUENCE_POLL_US))
                 continue
-            quiet = time.perf_counter()  # about spin_us after the last task ended (or after waking)
+            quiet = time.perf_counter()  # at least spin_us after the last task ended (or after waking)
             self.doorbell.clear()  # idle since the last job (or since waking): sleep
             self.asleep = True
             rung = True
@@ -141,9 +150,11 @@ class _Worker:
                 rung = self.doorbell.wait(0.1)
             self.asleep = False
             # rung: work is coming (a kernel sequence posts its chunks one by one): poll as after a
-            # job, as long as this idle spell lasted if that was short (`adapted_spin_us`); woken by
-            # the timeout: look once
-            idle_us = (time.perf_counter() - quiet) * 1e6 + spin_us if rung else float("inf")
+            # job, as long as the caller's last gap between jobs if that was short (`adapted_spin_us`;
+            # the worker's own clock until the caller measured one: CrewState); woken by the
+            # timeout: look once
+            own_us = (time.perf_counter() - quiet) * 1e6 + spin_us
+            idle_us = (own_us if self.state.gap_us == float("inf") else self.state.gap_us) if rung else float("inf")
             first = polls(self._spin_us(idle_us)) if rung else 1
 
     @staticmethod
@@ -200,6 +211,7 @@ class Crew:
         self.workers = [_Worker(loops, self.board, self.state) for _ in range(size)]
         self.native_jobs = loops.native_jobs
         self.lock = threading.Lock()
+        self.returned_at: float | None = None  # when the last native job returned (CrewState.gap_us)
 
     def accepts(self, job: NativeCall | NativeBatch) -> bool:
         """Whether `job` may be posted as a native job here (a NativeCall: as the chunks of a kernel,
@@ -228,6 +240,7 @@ class Crew:
         self._post(chunks)
         self.loops.claim(self.board_address)
         self._wait(chunks)
+        self.returned_at = time.perf_counter()
 
     def batches(self, first: Callable[[], object], batches: Sequence[NativeBatch]) -> None:
         """Post `batches` as tasks, run `first()` here, then claim what is left; return once every
@@ -251,13 +264,20 @@ class Crew:
         finally:
             self.loops.claim(self.board_address)
             self._wait(len(batches))
+            self.returned_at = time.perf_counter()
 
     def _post(self, tasks: int) -> None:
         """Open the board's next generation with `tasks` tasks and wake sleeping workers."""
+        self._note_gap()
         self.generation = (self.generation + 1) & 0x7FFF_FFFF
         self.board[DONE] = 0
         self.loops.publish(self.board_address + 8 * CLAIM, (self.generation << 32) | (tasks << 16))
         self.ring()
+
+    def _note_gap(self) -> None:
+        """Tell the workers how long this caller went without a native job (CrewState.gap_us)."""
+        if self.returned_at is not None:
+            self.state.gap_us = (time.perf_counter() - self.returned_at) * 1e6
 
     def ring(self) -> None:
         """Wake the sleeping workers (they poll the board for `config.worker_spin_us` once woken)."""
@@ -275,12 +295,14 @@ class Crew:
         timeout, leaving every chunk to the caller meanwhile. A caller preempted for a few ms was
         enough: MiniLM 32 x 128 beside a process taking 5 ms of every 20 on one vCPU ran in 1028-1076 ms
         through the sequence against 748-765 launching kernels one by one."""
+        self._note_gap()
         self.state.in_sequence = True
         self.ring()
         try:
             self.generation = self.loops.program(self.board_address, words_address, steps, polls(CLAIM_WAIT_US))
         finally:
             self.state.in_sequence = False
+            self.returned_at = time.perf_counter()
 
     def _wait(self, tasks: int) -> None:
         """Wait until `tasks` tasks are done (every one is claimed by now): poll, then nap."""

@@ -6,6 +6,8 @@ never depend on the thread count. Values are checked against float64 products wi
 tolerance of docs/semantics.md (K products, each within one rounding)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -411,15 +413,19 @@ def test_hints_sit_where_they_are_due(device: str) -> None:
       (MR x 2 lines of a row) run in a K loop with no hint at all;
     - `p @ v` (K = 128): the next batch's hints stay in the K loop (one every few steps), and the
       K loop is cut where the spread hints end: its second part hints one line fewer of A per step.
-    The values agree."""
+    Where the hints fall depends on the tiles, so the programs inspected are lowered for AVX2's
+    (16 registers of 8 lanes: 4 x 2 vectors here) whatever the host; the values agree on the host.
+    """
     rng = np.random.default_rng(5)
     q, k, v = (_random(rng, (6, 128, 32)) for _ in range(3))
     p = _random(rng, (6, 128, 128))
     qx, kx, vx, px = (xp.asarray(value, device=device) for value in (q, k, v, p))
     scores, context = qx @ xp.matrix_transpose(kx), px @ vx
     a_buffer, b_buffer = 1, 2  # the kernel's buffers: the output, then A, then B
+    avx2 = dataclasses.replace(OPTIONS, vector_bytes=32, vector_registers=16)
     for out in (scores, context):
-        loops = _micro_kernel_loops(_gemm_program(out))
+        items = [item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"]
+        loops = _micro_kernel_loops(lower(items[-1].ast, avx2))
         assert loops and len(loops) % 2 == 0  # fused and unfused tiles, each K loop in two parts
         if out is scores:
             assert all(b_buffer not in hints for hints in loops)
@@ -443,16 +449,28 @@ def _tiles(a_shape: tuple[int, ...], b_shape: tuple[int, ...],
     return tiles
 
 
+def _rows_and_vectors(tiles: gemm.GemmTiles) -> tuple[int, int]:
+    return tiles.rows, tiles.vectors
+
+
 def test_a_long_m_keeps_enough_accumulators_a_short_one_a_divisor() -> None:
     """16 registers (AVX2): a long M keeps the 6-row tile (12 accumulators) and an edge block rather
-    than 4 rows that divide it (8); attention's short M per batch (128) takes the divisor; with 32
-    registers 8 rows divide 4096 and keep 16 accumulators."""
+    than 4 rows that divide it (8); attention's short M per batch (128) takes the divisor. 32
+    registers (AVX-512): a long M gets the wide tile of 6 rows x 4 vectors (24 accumulators, an
+    edge block of 4096 % 6 rows) rather than 4 x 4 that divide it, 3 vectors when N holds only 3,
+    the 2-vector tile when N holds 2 (12 rows: 5 in 6 of the budget, no divisor of 4096 that
+    keeps them), and a short M keeps 2 vectors with 8 rows that divide 128."""
     avx2, avx512 = fast.renderer.base.cpu_options(32), fast.renderer.base.cpu_options(64)
-    assert _tiles((4096, 384), (384, 1536), avx2).rows == 6
-    assert _tiles((512, 512), (512, 512), avx2).rows == 6
+    assert _rows_and_vectors(_tiles((4096, 384), (384, 1536), avx2)) == (6, 2)
+    assert _rows_and_vectors(_tiles((512, 512), (512, 512), avx2)) == (6, 2)
     assert _tiles((640, 64), (64, 64), avx2).rows == 5  # 5 x 2 = 10 accumulators divide it
     assert _tiles((8, 128, 32), (8, 32, 128), avx2).rows == 4
-    assert _tiles((4096, 384), (384, 1536), avx512).rows == 8
+    assert _rows_and_vectors(_tiles((4096, 384), (384, 1536), avx512)) == (6, 4)
+    assert _rows_and_vectors(_tiles((512, 512), (512, 512), avx512)) == (6, 4)
+    assert _rows_and_vectors(_tiles((4096, 1536), (1536, 48), avx512)) == (8, 3)
+    assert _rows_and_vectors(_tiles((4096, 384), (384, 32), avx512)) == (12, 2)
+    assert _rows_and_vectors(_tiles((8, 128, 32), (8, 32, 128), avx512)) == (8, 2)
+    assert _rows_and_vectors(_tiles((191, 64), (64, 64), avx512)) == (12, 2)  # one row short of long for 6 x 4
 
 
 @pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")

@@ -86,12 +86,13 @@ def test_few_tokens_on_awkward_sizes(device: str, tokens: int, k: int, n: int) -
 
 
 def test_wider_products_keep_the_rows_pass() -> None:
-    """More than two micro-panels (x's 48 rows, 48 columns: three), or A packed (64 columns: four
-    panels, K = 96): the rows' flags
-    come from the pass over each block (gemm_loops.py), not from the tiles."""
+    """More than two micro-panels (x's 48 rows, three micro-panels of 2 vectors: 48 columns with
+    AVX2's 8 lanes, 96 with AVX-512's 16), or A packed (four panels, K = 96): the rows' flags come
+    from the pass over each block (gemm_loops.py), not from the tiles."""
     if not TILES_KNOWN:
         pytest.skip("this host's renderer has no fused GEMM tiles")
-    for tokens, n in ((48, 48), (64, 64)):
+    lanes = OPTIONS.lanes(fast.dtypes.float32)
+    for tokens, n in ((48, 6 * lanes), (64, 8 * lanes)):
         x, w, bias = _random(tokens, tokens, 96, n)
         program = _program(xp.asarray(x) @ xp.matrix_transpose(xp.asarray(w)) + xp.asarray(bias))
         assert program.scratch and not _checks_in_tiles(program)  # type: ignore[attr-defined]

@@ -134,3 +134,47 @@ def test_few_rows_split_b_into_blocks_that_threads_share() -> None:
 @pytest.mark.parametrize("rows,n", [(32, 384), (33, 70), (100, 129), (45, 65)])
 def test_few_rows_in_shared_blocks_agree(device: str, rows: int, n: int) -> None:
     _same_bits_on_1_2_3_threads(device, rows + n, rows, 96, n)
+
+
+WIDE_TILES = TILES_KNOWN and OPTIONS.vector_registers >= 32
+
+
+def _wide_tiles(a_shape: tuple[int, ...], b_shape: tuple[int, ...], transpose_b: bool) -> tuple[int, int]:
+    """(rows, vectors) of the register tile this host's GEMM takes for a @ b (b given (N, K) when
+    `transpose_b`)."""
+    from fast.codegen import gemm
+    from fast.codegen.analyze import analyze
+
+    b = xp.asarray(np.ones(b_shape, np.float32))
+    out = xp.asarray(np.ones(a_shape, np.float32)) @ (xp.matrix_transpose(b) if transpose_b else b)
+    info = analyze([item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"][-1].ast)
+    shape = gemm.match(info, OPTIONS)
+    assert shape is not None
+    chosen = gemm.choose_tiles(shape, OPTIONS)
+    assert chosen is not None
+    return chosen.rows, chosen.vectors
+
+
+@pytest.mark.skipif(not WIDE_TILES, reason="the wide register tile needs 32 vector registers (AVX-512)")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m,k,n,transpose_b", [(192, 64, 64, False), (197, 31, 70, True), (203, 65, 129, False),
+                                               (389, 17, 63, True), (193, 129, 191, False)])
+def test_wide_tiles_with_edges(device: str, m: int, k: int, n: int, transpose_b: bool) -> None:
+    """A long M with 32 vector registers: 6 rows x up to 4 vectors (`gemm.WIDE_VECTORS`), with edge
+    rows (M % 6) and edge columns (N % 64, or N narrower than the tile), both layouts, a bias, on
+    poisoned memory: the same bits on 1, 2 and 3 threads, within tolerance of float64."""
+    rows, vectors = _wide_tiles((m, k), (n, k) if transpose_b else (k, n), transpose_b)
+    assert (rows, vectors) == (6, min(4, -(-n // LANES)))
+    rng = np.random.default_rng(m * n + k)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    stored = np.ascontiguousarray(b.T) if transpose_b else b
+    results = []
+    for threads in (1, 2, 3):
+        with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
+            right = xp.asarray(stored, device=device)
+            out = xp.asarray(a, device=device) @ (xp.matrix_transpose(right) if transpose_b else right)
+            results.append(np.asarray(out + xp.asarray(bias, device=device)))
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+    _within_tolerance(results[0], a, b, bias)

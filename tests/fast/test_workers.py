@@ -203,12 +203,13 @@ def test_adapted_spin(idle_us: float, base_us: int, most_us: int, expected: floa
 
 
 def test_a_worker_polls_longer_after_a_short_idle_spell(team: workers.Crew, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Jobs 20 ms apart with a 0.5 ms base window: the worker sleeps through the first gap, finds the
-    doorbell rung after a spell longer than the base (within the 1 s cap), so it then polls longer
-    than the base after a job (1.5 times the spell: 30 ms on a quiet host; a loaded host may wake it
-    late or early, so only "longer than the base" is asserted, the rule itself is
+    """Jobs 20 ms apart with a 0.5 ms base window: the worker sleeps through the first gap, is rung
+    after a gap (the caller's, CrewState.gap_us) longer than the base and within the 1 s cap, so it
+    then polls longer than the base after a job (1.5 times the gap: 30 ms on a quiet host; a loaded
+    host may wake it late or early, so only "longer than the base" is asserted, the rule itself is
     `test_adapted_spin`); with the cap at the base it never polls longer than the base. What the
-    threads ask `polls` for is recorded (the caller's 50 us waits included)."""
+    threads ask `polls` for is recorded (the caller's 50 us waits included). Each run starts with
+    the worker asleep (an earlier test may have left it polling for up to the default cap)."""
     asked: list[float] = []
     real = workers.polls
 
@@ -219,8 +220,9 @@ def test_a_worker_polls_longer_after_a_short_idle_spell(team: workers.Crew, monk
     buffer = np.zeros(64, dtype=np.uint8)
 
     def run(most_us: int) -> list[float]:
-        asked.clear()
         with config.override(worker_spin_us=500, worker_spin_max_us=most_us):
+            _eventually(lambda: all(worker.asleep for worker in team.workers), "the worker never slept")
+            asked.clear()
             for value in range(6):
                 time.sleep(0.02)
                 run_alone(team, lambda: None, [one(workers.NativeCall(libc_address("memset"),
@@ -285,3 +287,46 @@ def test_a_sequence_sets_and_clears_the_crews_state(team: workers.Crew, monkeypa
     with team.lock:
         team.sequence(0, 0)
     assert seen == [True] and not team.state.in_sequence
+
+
+def test_the_caller_measures_the_gap_between_jobs(team: workers.Crew) -> None:
+    """CrewState.gap_us: from the return of one native job until the post of the next, as the caller
+    saw it, holding the GIL in C code meanwhile (as a garbage collection does: a worker whose polling
+    ended could not note its own idle time until the post)."""
+    buffer = np.zeros(64, dtype=np.uint8)
+    job = [one(workers.NativeCall(libc_address("memset"), (buffer.ctypes.data, 1, buffer.size)))]
+    run_alone(team, lambda: None, job)
+    start = time.perf_counter()
+    sum(range(2_000_000))  # C code: keeps the GIL throughout
+    held = time.perf_counter() - start
+    run_alone(team, lambda: None, job)
+    assert held * 1e6 <= team.state.gap_us < held * 1e6 + 50_000
+
+
+class _RecordingLoops(_IdleLoops):
+    """`_IdleLoops` that records the first polling window each `serve` was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.firsts: list[int] = []
+
+    def serve(self, address: int, board: int, seen: int, first: int, limit: int) -> int:
+        self.firsts.append(first)
+        return super().serve(address, board, seen, first, limit)
+
+
+def test_a_rung_worker_polls_after_the_callers_gap() -> None:
+    """A worker rung after the caller's gap of 30 ms polls 45 ms after its next job (1.5 times the
+    gap, `adapted_spin_us`), whatever its own clock says; with no gap measured yet it uses its own."""
+    loops = _RecordingLoops()
+    state = workers.CrewState()
+    with config.override(worker_spin_us=500, worker_spin_max_us=1_000_000):
+        worker = workers._Worker(loops, np.zeros(workers.BOARD_WORDS, dtype=np.int64), state)  # type: ignore[arg-type]
+        try:
+            _eventually(lambda: worker.asleep, "the worker did not sleep")
+            state.gap_us = 30_000
+            worker.doorbell.set()
+            _eventually(lambda: workers.polls(45_000) in loops.firsts, f"windows {loops.firsts}")
+        finally:
+            loops.parked = True
+            worker.doorbell.set()
