@@ -21,14 +21,20 @@ def add_output_options(parser: argparse.ArgumentParser, default_prefix: str) -> 
                         help=f"write the results into this folder (implies saving; default with --save or "
                         f"--out-prefix: {RESULTS_DIR})")
     parser.add_argument("--out-prefix", default=None,
-                        help=f"file name stem of the results (implies saving; default {default_prefix})")
+                        help=f"file name stem of the results (implies saving; default {default_prefix}); "
+                        "with a folder part (a/b/name) the results go into that folder, relative to "
+                        "--out-dir when given, else to the current folder")
 
 
 def destination(options: argparse.Namespace, default_prefix: str) -> tuple[Path, str]:
     """(folder, file stem) of this run's results: bench/results/ only when saving was asked for (see the
-    module docstring), else a fresh temporary folder. The folder exists when this returns."""
+    module docstring), else a fresh temporary folder; a prefix with a folder part names its own folder
+    (`--out-prefix`'s help). The folder exists when this returns, before anything is measured."""
     prefix = options.out_prefix or default_prefix
-    if options.out_dir is not None:
+    if options.out_prefix is not None and Path(prefix).name != prefix:
+        within = options.out_dir if options.out_dir is not None else Path.cwd()
+        folder, prefix = within / Path(prefix).parent, Path(prefix).name
+    elif options.out_dir is not None:
         folder = options.out_dir
     elif options.save or options.out_prefix is not None:
         folder = RESULTS_DIR

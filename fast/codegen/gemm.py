@@ -94,7 +94,7 @@ LONG_M_BLOCKS = 32
 #: M is long (`LONG_M_BLOCKS` tiles of the wide tile's rows). More columns per broadcast of A: on a
 #: Sapphire Rapids (AVX-512, kernels alone, best of 40) 6 x 4 against the 8 x 2 tile took a @ b.T 512
 #: 0.68 against 0.74 ms, MiniLM's 4096 x 384 @ 384 x 384 2.75 against 2.87 and 384 -> 1536 10.7
-#: against 10.8; attention's short M per batch (128) ran the same or slower wide (q @ k.T inside
+#: against 10.8; attention's short M per batch (128) ran the same or slower wide (p @ v inside
 #: the forward 10.7 against 8.3 ms for six), so a short M keeps 2.
 WIDE_VECTORS = 4
 #: Rows of the tile per step of the looped epilogue (the largest divisor of the tile's rows up to this).

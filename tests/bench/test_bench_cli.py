@@ -74,3 +74,20 @@ def test_a_quick_run_writes_into_a_temporary_folder_and_says_which_files(capsys)
         assert sorted(path.name for path in written) == ["latest.json", "latest.md"]  # no PNG: --no-png
     finally:
         shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("relative_to_out_dir", [False, True])
+def test_a_prefix_with_a_folder_names_its_folder(relative_to_out_dir, tmp_path, monkeypatch):
+    """`--out-prefix results/s14-full` writes results/s14-full.* under the current folder (or under
+    --out-dir), the folder made before anything runs; a session's first full run had crashed after ten
+    minutes, on its PNG, with the prefix joined under bench/results/ into a folder that did not exist."""
+    monkeypatch.chdir(tmp_path)
+    arguments = ["--out-prefix", "runs/s14/full"]
+    if relative_to_out_dir:
+        arguments += ["--out-dir", str(tmp_path / "elsewhere")]
+    folder, prefix = destination(cli.parse_args(arguments), cli.DEFAULT_PREFIX)
+    assert prefix == "full" and folder.is_dir()
+    assert folder == (tmp_path / "elsewhere" if relative_to_out_dir else tmp_path) / "runs" / "s14"
+    absolute = tmp_path / "abs" / "name"
+    folder, prefix = destination(cli.parse_args(["--out-prefix", str(absolute)]), cli.DEFAULT_PREFIX)
+    assert (folder, prefix) == (absolute.parent, "name") and folder.is_dir()
