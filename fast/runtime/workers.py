@@ -316,6 +316,7 @@ class Crew:
 
     def python(self, job: Callable[[], object], helpers: int) -> int:
         """Post `job` to at most `helpers` idle workers, waiting for none; returns how many got it."""
+        self._note_gap()
         posted = 0
         for worker in self.workers:
             if posted < helpers and worker.idle():
