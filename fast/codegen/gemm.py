@@ -70,6 +70,11 @@ FEW_PANELS = 2
 PACK_A_MIN_K = 64
 PACK_A_MIN_PANELS = 4
 
+
+def packs_a(k: int, panels: int) -> bool:
+    """Whether a GEMM with K = `k` and `panels` micro-panels of B packs A (the two thresholds above)."""
+    return k >= PACK_A_MIN_K and panels >= PACK_A_MIN_PANELS
+
 #: Epilogues of at most this many AST nodes (a bias add, a scale and a bias, a bias and a residual)
 #: that store whole vectors are unrolled over the tile's rows; others run as a loop over the rows
 #: (`_Emitter.looped_epilogue`). Attention's `q @ k.T * scale + mask` (K = 32: the epilogue is a
@@ -193,8 +198,8 @@ def _classify(info: KernelInfo, a: LazyOp, b: LazyOp, sizes: tuple[int, ...]) ->
 
 
 def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None:
-    """MR x NR from the vector registers (about three quarters hold accumulators: 12 x 2 vectors
-    with 32 registers, 6 x 2 with 16), fewer vectors when N is narrow, and rows that divide M when
+    """MR x NR from the vector registers (about three quarters hold accumulators: 6 x 2 vectors with
+    16 registers; with 32, 12 x 2, or 6 x 4 when M is long), fewer vectors when N is narrow, and rows that divide M when
     a nearby count does (keeping `LONG_M_FRACTION` of the budget when M is long), up to `WIDE_VECTORS`
     vectors with 32 registers and a long M; MC so that MC x K of A fills
     about half the core's cache; the packed block of B within `SCRATCH_BYTES`, and at least

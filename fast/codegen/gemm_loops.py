@@ -22,8 +22,6 @@ from fast.codegen.analyze import KernelInfo, node_dtype
 from fast.codegen.fma import FMA_BOUNDS
 from fast.codegen.gemm import (
     EPILOGUE_ROWS_PER_STEP,
-    PACK_A_MIN_K,
-    PACK_A_MIN_PANELS,
     UNROLLED_EPILOGUE_MAX,
     Env,
     GemmShape,
@@ -33,6 +31,7 @@ from fast.codegen.gemm import (
     column_vectors,
     epilogue_size,
     match,
+    packs_a,
     padded_vectors,
     stores_columns_contiguously,
 )
@@ -55,7 +54,7 @@ class _Emitter:
         self.m, self.n, self.k = shape.size(shape.rows), shape.sizes[shape.column], shape.sizes[shape.reduce]
         self.blocks = -(-self.m // tiles.rows)  # blocks of rows per batch
         self.full_panels, self.all_panels = self.n // tiles.columns, -(-self.n // tiles.columns)
-        self.pack_a = self.k >= PACK_A_MIN_K and self.all_panels >= PACK_A_MIN_PANELS
+        self.pack_a = packs_a(self.k, self.all_panels)
         self.checks_in_tile = gemm_checked.applies(fused, self.pack_a, self.all_panels, bool(shape.batch))
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from fast.codegen import gemm_checked
 from fast.codegen.analyze import KernelInfo
-from fast.codegen.gemm import PACK_A_MIN_K, PACK_A_MIN_PANELS, choose_tiles, match
+from fast.codegen.gemm import choose_tiles, match, packs_a
 from fast.codegen.opt import KernelPlan
 from fast.renderer.base import RendererOptions
 
@@ -70,10 +70,10 @@ def gemm_paths(info: KernelInfo, options: RendererOptions, fused: bool) -> tuple
     if m % tiles.rows == 0 and n % tiles.columns == 0:
         names.add("gemm-no-edge")
     panels = -(-n // tiles.columns)
-    packs_a = k >= PACK_A_MIN_K and panels >= PACK_A_MIN_PANELS
-    if packs_a:
+    packed_a = packs_a(k, panels)
+    if packed_a:
         names.add("gemm-pack-a")
-    if gemm_checked.applies(fused, packs_a, panels, bool(shape.batch)):
+    if gemm_checked.applies(fused, packed_a, panels, bool(shape.batch)):
         names.add("gemm-checked-tiles")
     if shape.batch:
         names.add("gemm-batched")

@@ -135,17 +135,19 @@ def _guard_rows_matmul(n: int) -> Program:
     """A GEMM whose B is within the FMA bound and whose A is not, on the negative side only: each output
     adds -3e38 * 4 and -3e38 * -4 (unfused: -inf + inf = NaN; fused: -inf). Only A's rows' flags
     can send the tiles unfused: with n = 8 (one micro-panel) the tiles' own checks
-    (codegen/gemm_checked.py), with n = 40 (three) the pass over each block's rows (gemm_loops.py)."""
+    (codegen/gemm_checked.py), with n = 5 lanes (three micro-panels of 2 vectors: 40 with AVX2, 80
+    with AVX-512) the pass over each block's rows (gemm_loops.py)."""
     m, k = 32, 4
     a = ArrayData("float32", (m, k), (-3e38, -3e38, 0.0, 0.0) * m)
     b = ArrayData("float32", (k, n), (4.0,) * n + (-4.0,) * n + (0.0,) * (2 * n))
     return Program(tuple(_matmul(m, k, n, Leaf(a, "CLANG"), Leaf(b, "CLANG"))))
 
 
-@pytest.mark.parametrize("n", [8, 40])
-def test_guard_mutant_is_exposed_on_both_gemm_paths(n: int) -> None:
+@pytest.mark.parametrize("checked_in_tiles", [True, False])
+def test_guard_mutant_is_exposed_on_both_gemm_paths(checked_in_tiles: bool) -> None:
     mutant = next(m for m in OPT_MUTANTS if m.name == "FMA guard checks one bound")
-    program = _guard_rows_matmul(n)
+    lanes = fast.runtime.cpu.renderer_options().lanes(fast.dtypes.float32)
+    program = _guard_rows_matmul(8 if checked_in_tiles else 5 * lanes)
     assert not check(program, reference, fast).mismatches
     undo = mutant.apply(fast)
     try:
