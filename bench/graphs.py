@@ -107,6 +107,11 @@ def matmul_bt(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:
     return batched_matmul(a, matrix_transpose(b))
 
 
+def matmul_at(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:
+    """a.T @ b, a stored (..., K, M): the layout of a weight's gradient, x.T @ dy."""
+    return batched_matmul(matrix_transpose(a), b)
+
+
 def sliding_windows(x: LazyBuffer, k: int) -> LazyBuffer:
     """Windows of size k (stride 1) over the last two axes of (N, C, H, W) -> (N, C, H-k+1, W-k+1, k, k).
 

@@ -151,13 +151,16 @@ def _shaped_inputs(*shapes: tuple[int, ...]) -> Callable[[np.random.Generator, b
 
 
 def _product(name: str, description: str, shapes: tuple[tuple[int, ...], ...], transpose_b: bool,
-             slow: bool = False) -> Workload:
-    """A matmul-shaped workload: a @ b, or a @ b.T (b.mT when batched) with b stored transposed."""
-    if transpose_b:
+             slow: bool = False, transpose_a: bool = False) -> Workload:
+    """A matmul-shaped workload: a @ b, or a @ b.T (b.mT when batched) with b stored transposed, or
+    a.T @ b with a stored transposed (`transpose_a`: a stored (K, M))."""
+    if transpose_a:
+        build, peer = graphs.matmul_at, (lambda ops, a, b: ops.matmul(ops.mT(a), b))
+    elif transpose_b:
         build, peer = graphs.matmul_bt, (lambda ops, a, b: ops.matmul(a, ops.mT(b)))
     else:
         build, peer = graphs.batched_matmul, (lambda ops, a, b: ops.matmul(a, b))
-    k = shapes[0][-1]
+    k = shapes[0][-2 if transpose_a else -1]
     return Workload(name, description, _shaped_inputs(*shapes), build, peer, rtol=1e-3, atol=1e-3 * max(1.0, k / 512),
                     memory_bound=False, flops=_product_flops(transpose_b), slow=slow, group="matmul")
 
@@ -176,6 +179,8 @@ def _minilm_size(batch: int, tokens: int, quick: tuple[int, int]) -> Callable[..
 
 MATMUL_WORKLOADS: tuple[Workload, ...] = (
     _matmul_bt(512), _matmul_bt(1024), _matmul_bt(2048),
+    _product("matmul_at_1024", "a.T @ b, 1024x1024 each, a stored (K, M) as a gradient's activations (x.T @ dy)",
+             ((1024, 1024), (1024, 1024)), transpose_b=False, transpose_a=True),
     _product("linear_up", "MiniLM's 384 -> 1536 linear x @ W.T: (4096, 384) @ (1536, 384).T (32 x 128 tokens)",
              ((4096, 384), (1536, 384)), transpose_b=True),
     _product("linear_down", "MiniLM's 1536 -> 384 linear x @ W.T: (4096, 1536) @ (384, 1536).T",

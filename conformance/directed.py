@@ -297,7 +297,8 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
     more and one less than the register tiles of 6, 8 or 12 rows and 16, 32 or 64 columns, K of 4 and 129,
     M long enough that the full tile takes an edge block;
     K of 16, 47 and 129 also cover `a @ b.T`'s packing in squares of lanes x lanes with and without
-    steps left over, N = 64 with no edge micro-panel), through flipped and padded views, with a bias
+    steps left over, N = 64 with no edge micro-panel; K of 67 and 80 with 131 and 260 columns pack A, and
+    `a.T @ b` packs it in squares), through flipped and padded views, with a bias
     and ReLU after; and attention's batched products on a head-split view: `q @ q.T` over (batch,
     heads) and `p @ v`."""
     out = []
@@ -306,12 +307,16 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
              # (193, 197: 6 rows with AVX2; 389: 12 with AVX-512) or 5 rows that divide it (200);
              # with AVX-512 the wide tile of 6 rows x 4 vectors with edge rows and edge columns
              # (197 x 70, 203 x 129: one column past two micro-panels of 64)
-             (193, 9, 17), (197, 31, 33), (200, 5, 20), (389, 7, 19), (197, 31, 70), (203, 65, 129))
+             (193, 9, 17), (197, 31, 33), (200, 5, 20), (389, 7, 19), (197, 31, 70), (203, 65, 129),
+             # packed A (K >= 64, at least 4 micro-panels): `a.T @ b` packs its A in squares
+             # (gemm_pack_a.py), with a K tail (67) and without (80), edge blocks and an edge panel
+             (101, 67, 131), (389, 80, 260))
     for dev in cfg.kinds:
         for number, (m, k, n) in enumerate(sizes):
             for layout in ("ab", "abt", "atb"):
                 out.append(_layout(dev, m, k, n, 80 + number, layout))
-        out += [_layout(dev, 41, 23, 49, 90, "abt", "flip pad bias"), _layout(dev, 36, 9, 16, 91, "ab", "bias flip")]
+        out += [_layout(dev, 41, 23, 49, 90, "abt", "flip pad bias"), _layout(dev, 36, 9, 16, 91, "ab", "bias flip"),
+                _layout(dev, 101, 67, 131, 92, "atb", "pad bias")]
         out.append(_attention(dev))
     return out
 

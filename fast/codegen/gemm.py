@@ -38,6 +38,7 @@ count, tile and block size. Threads share units, and each unit is computed whole
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,12 +68,19 @@ FEW_PANELS = 2
 #: micro-panels: shorter rows (attention's heads of 32) are too short to compete for cache sets, and
 #: with few panels each packed row is read too few times to repay its copy (attention's `p @ v`, N =
 #: 32: packing A cost as much as the products; measured 27 -> 45+ GFLOP/s per core without it).
+#: An A stored along M (`transposes_a`) is packed whenever K holds a square of lanes (`squares_a`): its bound
+#: flags (and the checked tiles' chunks, gemm_checked.py) would otherwise read it along K, a gather
+#: of `lanes` cache lines per vector, where the squares copy it with vector loads (`x.T @ dy`, K =
+#: 4096 tokens, 384 x 160: 0.21x numpy before).
 PACK_A_MIN_K = 64
 PACK_A_MIN_PANELS = 4
 
 
-def packs_a(k: int, panels: int) -> bool:
-    """Whether a GEMM with K = `k` and `panels` micro-panels of B packs A (the two thresholds above)."""
+def packs_a(shape: GemmShape, tiles: GemmTiles) -> bool:
+    """Whether a GEMM packs A (the thresholds above)."""
+    k, panels = shape.sizes[shape.reduce], -(-shape.sizes[shape.column] // tiles.columns)
+    if squares_a(shape, tiles.rows, tiles.lanes):
+        return True
     return k >= PACK_A_MIN_K and panels >= PACK_A_MIN_PANELS
 
 #: Epilogues of at most this many AST nodes (a bias add, a scale and a bias, a bias and a residual)
@@ -226,11 +234,32 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     blocks = -(-(total_panels * panel_bytes) // SCRATCH_BYTES)
     # one block per group when few panels reuse it (a narrow B, as a linear layer on a few tokens):
     # the block's bound pass then reads rows the previous block's tile prefetched
-    group = 1 if total_panels <= FEW_PANELS else max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
+    squares = squares_a(shape, rows, lanes)  # A packed in squares of rows (gemm_pack_a.py)
+    group = 1 if total_panels <= FEW_PANELS and not squares else \
+        max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
+    if squares:  # groups of whole squares: only a share's last rows are left over
+        unit = lanes // math.gcd(lanes, rows)
+        group = max(unit, round(group / unit) * unit)
     if not shape.batch and m <= group * rows:  # one group of rows: threads share B's column blocks
         blocks = max(blocks, min(SHARED_BLOCKS, total_panels))
     panels = -(-total_panels // blocks)
     return GemmTiles(rows, vectors, lanes, group * rows, panels)
+
+
+def transposes_a(shape: GemmShape, lanes: int) -> bool:
+    """Whether A's full blocks are packed in squares (codegen/gemm_pack_a.py): A walks its last row
+    axis with stride 1 and K with another stride, and `lanes` is a power of two."""
+    strides = shape.a.arg.st.real_strides()
+    return strides[shape.reduce] != 1 and strides[shape.rows[-1]] == 1 and lanes & (lanes - 1) == 0
+
+
+def squares_a(shape: GemmShape, rows: int, lanes: int) -> bool:
+    """Whether A is packed, in squares, whatever B's width (`packs_a`): stored along M, K at least
+    one square, and the fewest rows that are whole squares and whole blocks (lcm(rows, lanes)) within
+    `SCRATCH_BYTES` (packed A is a stack array: a longer K falls back to the general rule)."""
+    k = shape.sizes[shape.reduce]
+    least = rows * lanes // math.gcd(rows, lanes) * k * node_dtype(shape.a).itemsize
+    return transposes_a(shape, lanes) and k >= lanes and least <= SCRATCH_BYTES
 
 
 def column_vectors(n: int, tiles: GemmTiles, edge: bool) -> list[tuple[int, int]]:

@@ -36,6 +36,7 @@ from fast.codegen.gemm import (
     stores_columns_contiguously,
 )
 from fast.codegen.gemm_pack import pack_columns
+from fast.codegen.gemm_pack_a import prepare_rows
 from fast.codegen.gemm_prefetch import batch_hint_spacing, next_batch_hints, spread_hint, spread_steps
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
@@ -54,7 +55,7 @@ class _Emitter:
         self.m, self.n, self.k = shape.size(shape.rows), shape.sizes[shape.column], shape.sizes[shape.reduce]
         self.blocks = -(-self.m // tiles.rows)  # blocks of rows per batch
         self.full_panels, self.all_panels = self.n // tiles.columns, -(-self.n // tiles.columns)
-        self.pack_a = packs_a(self.k, self.all_panels)
+        self.pack_a = packs_a(shape, tiles)
         self.checks_in_tile = gemm_checked.applies(fused, self.pack_a, self.all_panels, bool(shape.batch))
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
@@ -197,7 +198,7 @@ class _Emitter:
         ranges = [(self.group_start, self.minimum(group_end, full_blocks), self.tiles.rows)]
         ranges += [(self.maximum(self.group_start, full_blocks), group_end, edge)] if edge else []
         for start, end, rows in ranges:
-            self.prepare_rows(start, end, rows)
+            prepare_rows(self, start, end, rows)
         for edge_columns in (False, True) if self.n % self.tiles.columns else (False,):
             panel = self.loop("jr", *self.panel_range(edge_columns), self.all_panels - 1)
             for start, end, rows in ranges:
@@ -217,51 +218,6 @@ class _Emitter:
         of the group's copy, `a_stride` elements per row: `((block - group start) * MR + row) * a_stride + k`."""
         origin = self.b.index(IndexOps.MUL, self.block_slot(block), self.const(self.tiles.rows * self.a_stride))
         return self.b.index(IndexOps.ADD, origin, self.render(row * self.a_stride + step))
-
-    def prepare_rows(self, start: int, end: int, rows: int) -> None:
-        """For blocks [start, end) of `rows` rows: one pass over their rows of A that copies them into
-        packed A (when packed) and ANDs their bound flag (when fused). Packed A keeps A's rows whole,
-        `a_stride` elements apart (K padded to an odd number of cache lines, `packed_row_stride`): the
-        copy is vector loads and stores along K, and the micro-kernel's MR broadcasts at step k are
-        one pointer plus constant offsets. Rows of A far apart in memory, a power of two bytes apart
-        at worst, would compete for the same cache sets; packed, they never do."""
-        if self.rows_ok is None and self.packed_a is None:
-            return
-        block = self.loop("fa", start, end, self.blocks - 1)
-        bounded = self.rows_pass(block, rows)
-        if self.rows_ok is not None and bounded is not None:  # both or neither: set when fused
-            self.b.store(self.rows_ok.idx, self.block_slot(block), bounded)
-        self.b.end_loop()
-
-    def rows_pass(self, block: Variable, rows: int) -> int | None:
-        """A loop over the block's rows, in each vectors of `lanes` along K, then the K % lanes last
-        ones one by one: each value is copied to packed A (when packed) and checked against the
-        bound (when fused). Returns whether every element is within the bound (None when not
-        fused). (A loop, not MR unrolled copies: the same loads in a row-major order, a fraction of
-        the code to lower.)"""
-        lanes, b, fused = self.tiles.lanes, self.b, self.rows_ok is not None
-        ok = b.define_acc(True, dtypes.bool.vec(lanes)) if fused else None
-        tail = b.define_acc(True, dtypes.bool) if fused else None
-        row = self.loop("far", self.const(0), self.const(rows), rows - 1)
-        if self.k >= lanes:
-            step = self.loop("fak", self.const(0), self.const(self.k // lanes), self.k // lanes - 1)
-            self.copy_row_part(block, row, step * lanes, lanes, ok)
-            b.end_loop()
-        for step_in_tail in range(self.k - self.k % lanes, self.k):
-            self.copy_row_part(block, row, NumNode(step_in_tail), 1, tail)
-        b.end_loop()
-        if ok is None or tail is None:
-            return None
-        return b.alu(BinaryOps.MUL, (self.all_lanes(ok), tail))
-
-    def copy_row_part(self, block: Variable, row: Variable, first: Node, width: int, ok: int | None) -> None:
-        """A's `width` values of the block's row `row` from step `first`: stored to packed A (when
-        packed) and ANDed into the flag `ok` (when fused)."""
-        group = [self.rows_env(block, row, first + lane) for lane in range(width)]
-        value = self.ctx.load_leaf(self.shape.a, group)
-        if self.packed_a is not None:
-            self.b.store(self.packed_a.idx, self.packed_row_index(block, first, row), value)
-        self.and_bounded(ok, value)
 
     def micro_kernel(self, panel: Variable, block: Variable, rows: int, columns: list[tuple[int, int]],
                      stored: list[tuple[int, int]]) -> None:

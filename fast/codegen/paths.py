@@ -65,12 +65,12 @@ def gemm_paths(info: KernelInfo, options: RendererOptions, fused: bool) -> tuple
     tiles = choose_tiles(shape, options) if shape is not None else None
     if shape is None or tiles is None:
         return set(), 0
-    m, n, k = shape.size(shape.rows), shape.sizes[shape.column], shape.sizes[shape.reduce]
+    m, n = shape.size(shape.rows), shape.sizes[shape.column]
     names = {"gemm", "gemm-row-edge" if m % tiles.rows else "", "gemm-column-edge" if n % tiles.columns else ""}
     if m % tiles.rows == 0 and n % tiles.columns == 0:
         names.add("gemm-no-edge")
     panels = -(-n // tiles.columns)
-    packed_a = packs_a(k, panels)
+    packed_a = packs_a(shape, tiles)
     if packed_a:
         names.add("gemm-pack-a")
     if gemm_checked.applies(fused, packed_a, panels, bool(shape.batch)):

@@ -192,10 +192,12 @@ def test_fma_spread_orders_its_percentiles() -> None:
 
 def test_groups_select_their_members_and_the_matmul_shapes_are_right() -> None:
     """`--only matmul` and `--only minilm` name sets; each matmul workload's peer function and fast
-    graph agree on a small input, a @ b.T reads b stored (N, K), and the flops count 2 per multiply-add."""
+    graph agree on a small input, a @ b.T reads b stored (N, K) and a.T @ b a stored (K, M), and the
+    flops count 2 per multiply-add."""
     from bench.peers import ArrayOps
     names = [workload.name for workload in by_name("matmul")]
-    assert {"matmul_512", "matmul_bt_512", "linear_up", "linear_down", "attn_scores", "attn_context"} <= set(names)
+    assert {"matmul_512", "matmul_bt_512", "matmul_at_1024", "linear_up", "linear_down", "attn_scores",
+            "attn_context"} <= set(names)
     assert [workload.name for workload in by_name("minilm")] == ["minilm_32x128", "minilm_1x16"]
     rng = np.random.default_rng(0)
     for workload in by_name("matmul"):
@@ -203,7 +205,8 @@ def test_groups_select_their_members_and_the_matmul_shapes_are_right() -> None:
         want = workload.peer(ArrayOps(), *arrays)  # type: ignore[misc]
         out = workload.build(*realized_inputs(arrays, "CLANG"))  # type: ignore[misc]
         np.testing.assert_allclose(fast.to_numpy(out), want, rtol=1e-4, atol=2e-4)
-        assert workload.flops(arrays) == 2.0 * want.size * arrays[0].shape[-1], workload.name  # type: ignore[misc]
+        k = arrays[0].shape[-2 if workload.name.startswith("matmul_at") else -1]
+        assert workload.flops(arrays) == 2.0 * want.size * k, workload.name  # type: ignore[misc]
 
 
 def test_fma_peak_and_minilm_agreement() -> None:
