@@ -210,7 +210,8 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     16 registers; with 32, 12 x 2, or 6 x 4 when M is long), fewer vectors when N is narrow, and rows that divide M when
     a nearby count does (keeping `LONG_M_FRACTION` of the budget when M is long), up to `WIDE_VECTORS`
     vectors with 32 registers and a long M; MC so that MC x K of A fills
-    about half the core's cache; the packed block of B within `SCRATCH_BYTES`, and at least
+    about half the core's cache (whole squares of rows, rounded down, when A is packed in squares:
+    `squares_a`); the packed block of B within `SCRATCH_BYTES`, and at least
     `SHARED_BLOCKS` blocks when the rows fit in one group (not batched). None when one micro-panel of
     B does not fit."""
     dtype = node_dtype(shape.a)
@@ -237,9 +238,9 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     squares = squares_a(shape, rows, lanes)  # A packed in squares of rows (gemm_pack_a.py)
     group = 1 if total_panels <= FEW_PANELS and not squares else \
         max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
-    if squares:  # groups of whole squares: only a share's last rows are left over
+    if squares:  # groups of whole squares, rounded down: only a share's last rows are left over
         unit = lanes // math.gcd(lanes, rows)
-        group = max(unit, round(group / unit) * unit)
+        group = max(unit, group // unit * unit)
     if not shape.batch and m <= group * rows:  # one group of rows: threads share B's column blocks
         blocks = max(blocks, min(SHARED_BLOCKS, total_panels))
     panels = -(-total_panels // blocks)

@@ -58,7 +58,10 @@ def test_a_stored_along_m_is_packed_in_squares() -> None:
     transposed = xp.matrix_transpose(a) @ b
     shape, tiles = _shape_and_tiles(transposed)
     assert gemm.transposes_a(shape, tiles.lanes) and gemm.packs_a(shape, tiles)
-    assert tiles.group_rows % tiles.lanes == 0 or tiles.group_rows == tiles.rows
+    assert tiles.group_rows % tiles.lanes == 0
+    least = tiles.rows * tiles.lanes // math.gcd(tiles.rows, tiles.lanes)
+    by_cache = (OPTIONS.cache_bytes // 2) // (k * 4 * tiles.rows) * tiles.rows
+    assert tiles.group_rows == max(least, by_cache // least * least)  # rounded down, never past the cache's
     plain = xp.asarray(np.ones((m, k), np.float32)) @ b
     assert not gemm.transposes_a(_shape_and_tiles(plain)[0], tiles.lanes)
     assert _shuffles(transposed) >= LANES and _shuffles(plain) == 0
