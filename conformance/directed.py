@@ -298,7 +298,7 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
     M long enough that the full tile takes an edge block;
     K of 16, 47 and 129 also cover `a @ b.T`'s packing in squares of lanes x lanes with and without
     steps left over, N = 64 with no edge micro-panel; K of 67 and 80 with 131 and 260 columns pack A, and
-    `a.T @ b` packs it in squares), through flipped and padded views, with a bias
+    `a.T @ b` packs it in squares; K of 1024 runs in chunks), through flipped and padded views, with a bias
     and ReLU after; and attention's batched products on a head-split view: `q @ q.T` over (batch,
     heads) and `p @ v`."""
     out = []
@@ -310,7 +310,9 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
              (193, 9, 17), (197, 31, 33), (200, 5, 20), (389, 7, 19), (197, 31, 70), (203, 65, 129),
              # packed A (K >= 64, at least 4 micro-panels): `a.T @ b` packs its A in squares
              # (gemm_pack_a.py), with a K tail (67) and without (80), edge blocks and an edge panel
-             (101, 67, 131), (389, 80, 260))
+             (101, 67, 131), (389, 80, 260),
+             # K of 1024 in chunks of KC steps (gemm.py `chunk_steps`: N whole vectors, A packed)
+             (37, 1024, 144))
     for dev in cfg.kinds:
         for number, (m, k, n) in enumerate(sizes):
             for layout in ("ab", "abt", "atb"):

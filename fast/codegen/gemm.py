@@ -16,13 +16,17 @@ Loops, outermost first (`emit`); `MR` rows x `NR = vectors * lanes` columns is t
     units = batches x ceil(M / MR) blocks of rows; a thread share is a range of units (core~, cores~)
     for each batch the share touches:
       for jc over column blocks of NC columns:           (NC: the packed block fits `SCRATCH_BYTES`)
-        pack B[batch][:, jc block] into scratch, NR columns per micro-panel, K x NR each, zero past N
-          (B stored along K: in squares transposed in registers, codegen/gemm_pack.py)
-        for ic over groups of MC rows of the share:        (MC x K of A fits the core's cache)
+       for pc over chunks of KC steps of K:             (one chunk of all K, unless `chunk_steps`)
+        pack B[batch][pc chunk, jc block] into scratch, NR columns per micro-panel, KC x NR each,
+          zero past N (B stored along K: in squares transposed in registers, codegen/gemm_pack.py)
+        for ic over groups of MC rows of the share:        (MC x KC of A fits the core's cache)
+          pack A's rows of the group, KC steps (codegen/gemm_pack_a.py), with their bound flags
           for jr over the micro-panels of the block:
-            for ir over the MR-row blocks of the group:   micro-kernel: K steps of
-                                                           MR broadcasts of A x NR columns of B (FMA)
-              epilogue: the AST above the reduce, per row and vector of columns, then the STOREs
+            for ir over the MR-row blocks of the group:   micro-kernel: KC steps of
+                                                           MR broadcasts of A x NR columns of B (FMA),
+                                                           from the sums the output holds (pc > 0)
+              before the last chunk: the sums to the output; at the last: the epilogue, the AST
+                        above the reduce, per row and vector of columns, then the STOREs
                         (unrolled over the MR rows when small; else from a tile in scratch, in a
                          loop over its rows: `epilogue_size`, `stores_columns_contiguously`)
 
@@ -31,13 +35,15 @@ micro-panel `N % NR` columns (vectors of `lanes`, `lanes/2`, `lanes/4`, then sin
 nothing is computed or stored past M or N and no load reads past a buffer. Packed columns past N
 hold zeros and are never stored.
 
-Values (docs/semantics.md): every output adds its K products in increasing k, one accumulator, with
-`FMA` when the renderer fuses and the tile's inputs are within the bound (gemm_loops.py), else
-`acc + round(a*b)`. The order depends on nothing but k, so results are identical for every thread
-count, tile and block size. Threads share units, and each unit is computed whole by one share.
+Values (docs/semantics.md): every output adds its K products in increasing k, one accumulator (held
+in the output between chunks, in its own dtype: exact), with `FMA` when the renderer fuses and the
+tile's inputs in the chunk are within the bound (gemm_loops.py), else `acc + round(a*b)`. The order
+depends on nothing but k, so results are identical for every thread count, tile and block size.
+Threads share units, and each unit is computed whole by one share.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,7 +52,7 @@ from fast import config
 from fast.codegen.analyze import KernelInfo, node_dtype
 from fast.codegen.builder import IRBuilder
 from fast.codegen.indexing import IndexRenderer
-from fast.dtype import dtypes
+from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, BufferOps, LazyOp, ReduceOps
 from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import Node, Variable
@@ -78,8 +84,8 @@ PACK_A_MIN_PANELS = 4
 
 def packs_a(shape: GemmShape, tiles: GemmTiles) -> bool:
     """Whether a GEMM packs A (the thresholds above)."""
-    k, panels = shape.sizes[shape.reduce], -(-shape.sizes[shape.column] // tiles.columns)
-    if squares_a(shape, tiles.rows, tiles.lanes):
+    k, panels = tiles.chunk or shape.sizes[shape.reduce], -(-shape.sizes[shape.column] // tiles.columns)
+    if squares_a(shape, tiles.rows, tiles.lanes, k):
         return True
     return k >= PACK_A_MIN_K and panels >= PACK_A_MIN_PANELS
 
@@ -146,6 +152,7 @@ class GemmShape:
     a: LazyOp  # the LOAD fixed along N
     b: LazyOp  # the LOAD fixed along the rows
     sizes: tuple[int, ...]  # the kernel's full shape
+    in_output: bool = False  # partial sums may wait in the output between chunks of K (`chunk_steps`)
 
     def size(self, axes: tuple[int, ...]) -> int:
         total = 1
@@ -163,6 +170,7 @@ class GemmTiles:
     lanes: int
     group_rows: int  # MC: rows of A walked per micro-panel of B (a multiple of `rows`)
     panels: int  # micro-panels of B packed at once (NC = panels * NR)
+    chunk: int = 0  # KC: steps of K packed and run at a time (`chunk_steps`; 0: K whole)
 
     @property
     def columns(self) -> int:
@@ -186,7 +194,17 @@ def match(info: KernelInfo, options: RendererOptions) -> GemmShape | None:
     found = [shape for a, b in ((0, 1), (1, 0)) if (shape := _classify(info, product.src[a], product.src[b], ints))]
     store_strides = info.stores[0].arg.st.real_strides()
     # prefer columns that the first STORE walks contiguously: the epilogue then stores whole vectors
-    return min(found, key=lambda shape: store_strides[shape.column] != 1, default=None)
+    best = min(found, key=lambda shape: store_strides[shape.column] != 1, default=None)
+    return None if best is None else dataclasses.replace(best, in_output=holds_partial_sums(info, dtype))
+
+
+def holds_partial_sums(info: KernelInfo, dtype: DType) -> bool:
+    """Whether the kernel's output may hold a GEMM's partial sums between chunks of K: one STORE, of
+    the accumulator's dtype, to a buffer the kernel never reads (an in-place `out += a @ b` reads it)."""
+    if len(info.stores) != 1 or info.stores[0].arg.dtype != dtype:
+        return False
+    target = info.stores[0].arg.idx
+    return not any(node.op is BufferOps.LOAD and node.arg.idx == target for node in info.stores[0].src[0].walk())
 
 
 def _classify(info: KernelInfo, a: LazyOp, b: LazyOp, sizes: tuple[int, ...]) -> GemmShape | None:
@@ -206,36 +224,26 @@ def _classify(info: KernelInfo, a: LazyOp, b: LazyOp, sizes: tuple[int, ...]) ->
 
 
 def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None:
-    """MR x NR from the vector registers (about three quarters hold accumulators: 6 x 2 vectors with
-    16 registers; with 32, 12 x 2, or 6 x 4 when M is long), fewer vectors when N is narrow, and rows that divide M when
-    a nearby count does (keeping `LONG_M_FRACTION` of the budget when M is long), up to `WIDE_VECTORS`
-    vectors with 32 registers and a long M; MC so that MC x K of A fills
-    about half the core's cache (whole squares of rows, rounded down, when A is packed in squares:
-    `squares_a`); the packed block of B within `SCRATCH_BYTES`, and at least
-    `SHARED_BLOCKS` blocks when the rows fit in one group (not batched). None when one micro-panel of
-    B does not fit."""
+    """MR x NR (`register_tile`); KC (`chunk_steps`); MC so that MC x KC of A fills about half the
+    core's cache (whole squares of rows, rounded down, when A is packed in squares: `squares_a`); the
+    packed block of B within `SCRATCH_BYTES`, and at least `SHARED_BLOCKS` blocks when the rows fit
+    in one group (not batched). None when one micro-panel of B does not fit."""
     dtype = node_dtype(shape.a)
     lanes = options.lanes(dtype)
     if lanes < 4:
         return None
-    m, n, k = shape.size(shape.rows), shape.sizes[shape.column], shape.sizes[shape.reduce]
-    budget = 24 if options.vector_registers >= 32 else 12
-    widest = WIDE_VECTORS if options.vector_registers >= 32 and m >= LONG_M_BLOCKS * (budget // WIDE_VECTORS) else 2
-    vectors = max(1, min(widest, -(-n // lanes)))
-    most = min(budget // vectors, 16)
-    fewest = (most + 1) // 2 + 1
-    if m >= LONG_M_BLOCKS * most:
-        share, whole = LONG_M_FRACTION
-        fewest = max(fewest, -(-(budget * share // whole) // vectors))
-    rows = next((r for r in range(most, fewest - 1, -1) if m % r == 0), most)
+    m, n = shape.size(shape.rows), shape.sizes[shape.column]
+    rows, vectors = register_tile(m, n, lanes, options)
+    total_panels = -(-n // (vectors * lanes))
+    chunk = chunk_steps(shape, lanes, total_panels)
+    k = chunk or shape.sizes[shape.reduce]
     panel_bytes = k * vectors * lanes * dtype.itemsize
     if panel_bytes > SCRATCH_BYTES:
         return None
-    total_panels = -(-n // (vectors * lanes))
     blocks = -(-(total_panels * panel_bytes) // SCRATCH_BYTES)
     # one block per group when few panels reuse it (a narrow B, as a linear layer on a few tokens):
     # the block's bound pass then reads rows the previous block's tile prefetched
-    squares = squares_a(shape, rows, lanes)  # A packed in squares of rows (gemm_pack_a.py)
+    squares = squares_a(shape, rows, lanes, k)  # A packed in squares of rows (gemm_pack_a.py)
     group = 1 if total_panels <= FEW_PANELS and not squares else \
         max(1, (options.cache_bytes // 2) // (k * dtype.itemsize * rows))
     if squares:  # groups of whole squares, rounded down: only a share's last rows are left over
@@ -244,7 +252,43 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     if not shape.batch and m <= group * rows:  # one group of rows: threads share B's column blocks
         blocks = max(blocks, min(SHARED_BLOCKS, total_panels))
     panels = -(-total_panels // blocks)
-    return GemmTiles(rows, vectors, lanes, group * rows, panels)
+    return GemmTiles(rows, vectors, lanes, group * rows, panels, chunk)
+
+
+def register_tile(m: int, n: int, lanes: int, options: RendererOptions) -> tuple[int, int]:
+    """(MR, vectors) from the vector registers (about three quarters hold accumulators: 6 x 2
+    vectors with 16 registers; with 32, 12 x 2, or 6 x 4 when M is long), fewer vectors when N is
+    narrow, and rows that divide M when a nearby count does (keeping `LONG_M_FRACTION` of the budget
+    when M is long), up to `WIDE_VECTORS` vectors with 32 registers and a long M."""
+    budget = 24 if options.vector_registers >= 32 else 12
+    widest = WIDE_VECTORS if options.vector_registers >= 32 and m >= LONG_M_BLOCKS * (budget // WIDE_VECTORS) else 2
+    vectors = max(1, min(widest, -(-n // lanes)))
+    most = min(budget // vectors, 16)
+    fewest = (most + 1) // 2 + 1
+    if m >= LONG_M_BLOCKS * most:
+        share, whole = LONG_M_FRACTION
+        fewest = max(fewest, -(-(budget * share // whole) // vectors))
+    return next((r for r in range(most, fewest - 1, -1) if m % r == 0), most), vectors
+
+
+#: K steps packed and run at a time, the first that divides K (`chunk_steps`), and the shortest K
+#: that is cut into chunks.
+CHUNK_STEPS = (512, 384, 256)
+CHUNK_MIN_K = 1024
+
+
+def chunk_steps(shape: GemmShape, lanes: int, panels: int) -> int:
+    """KC, or 0 for K whole. Packed B holds KC steps of its micro-panels, packed A KC steps of its
+    rows, and a tile's sums wait in the output between chunks (BLIS's KC loop): with K whole, a long
+    K (4096) fits two micro-panels of 64 columns in `SCRATCH_BYTES`, and A is packed again for every
+    column block. Only where the output may hold the sums (`holds_partial_sums`), A is packed, N is
+    whole vectors (no padded edge lanes to keep), and not batched."""
+    k = shape.sizes[shape.reduce]
+    if not shape.in_output or shape.batch or k < CHUNK_MIN_K or shape.sizes[shape.column] % lanes:
+        return 0
+    if panels < PACK_A_MIN_PANELS and not transposes_a(shape, lanes):
+        return 0
+    return next((steps for steps in CHUNK_STEPS if k % steps == 0), 0)
 
 
 def transposes_a(shape: GemmShape, lanes: int) -> bool:
@@ -254,11 +298,10 @@ def transposes_a(shape: GemmShape, lanes: int) -> bool:
     return strides[shape.reduce] != 1 and strides[shape.rows[-1]] == 1 and lanes & (lanes - 1) == 0
 
 
-def squares_a(shape: GemmShape, rows: int, lanes: int) -> bool:
-    """Whether A is packed, in squares, whatever B's width (`packs_a`): stored along M, K at least
-    one square, and the fewest rows that are whole squares and whole blocks (lcm(rows, lanes)) within
-    `SCRATCH_BYTES` (packed A is a stack array: a longer K falls back to the general rule)."""
-    k = shape.sizes[shape.reduce]
+def squares_a(shape: GemmShape, rows: int, lanes: int, k: int) -> bool:
+    """Whether A is packed, in squares, whatever B's width (`packs_a`): stored along M, `k` (K, or
+    KC) at least one square, and the fewest rows that are whole squares and whole blocks (lcm(rows,
+    lanes)) within `SCRATCH_BYTES` (packed A is a stack array: a longer K falls back to the general rule)."""
     least = rows * lanes // math.gcd(rows, lanes) * k * node_dtype(shape.a).itemsize
     return transposes_a(shape, lanes) and k >= lanes and least <= SCRATCH_BYTES
 

@@ -40,7 +40,7 @@ from fast.codegen.gemm_pack_a import prepare_rows
 from fast.codegen.gemm_prefetch import batch_hint_spacing, next_batch_hints, spread_hint, spread_steps
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
-from fast.ops import BinaryOps, TernaryOps, UnaryOps
+from fast.ops import BinaryOps, BufferOps, LazyOp, TernaryOps, UnaryOps
 from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import Node, NumNode, Variable
 
@@ -59,8 +59,12 @@ class _Emitter:
         self.checks_in_tile = gemm_checked.applies(fused, self.pack_a, self.all_panels, bool(shape.batch))
         self.prefetch = ctx.prefetch
         self.arrays: list[BufferInfo] = []
-        self.packed_b = self.scratch(self.dtype, self.k * tiles.columns * tiles.panels)
-        self.a_stride = packed_row_stride(self.k, self.dtype.itemsize, tiles.lanes)
+        self.kc = tiles.chunk or self.k  # steps of K packed and run at a time
+        self.k0: Node = NumNode(0)  # the first step of the current chunk (set by `run` when chunked)
+        self.chunk: Variable | None = None
+        self.partial = LazyOp(BufferOps.LOAD, (), ctx.info.stores[0].arg) if tiles.chunk else None
+        self.packed_b = self.scratch(self.dtype, self.kc * tiles.columns * tiles.panels)
+        self.a_stride = packed_row_stride(self.kc, self.dtype.itemsize, tiles.lanes)
         self.packed_a = self.scratch(self.dtype, self.a_stride * tiles.group_rows) if self.pack_a else None
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None
         rows_flags = fused and not self.checks_in_tile  # else the tiles check A's rows (gemm_checked.py)
@@ -150,8 +154,14 @@ class _Emitter:
         origin = self.render(pair * self.blocks)
         lo = self.maximum(self.sub(start, origin), self.const(0))  # lo <= hi: the share's blocks of rows here
         hi = self.minimum(self.sub(end, origin), blocks)
+        if self.partial is not None:  # chunks of K: B's and A's steps packed chunk by chunk
+            chunks = self.k // self.kc
+            self.chunk = self.loop("pc", self.const(0), self.const(chunks), chunks - 1)
+            self.k0 = self.chunk * self.kc
         pack_columns(self)
         self.row_groups(lo, hi)
+        if self.partial is not None:
+            self.b.end_loop()
         self.b.end_loop()
 
     def share(self, units: int) -> tuple[int, int]:
@@ -224,6 +234,10 @@ class _Emitter:
         """`rows` x `columns` accumulators over K (fused where the tile's flags allow), then the
         epilogue and STOREs of each of the `stored` columns."""
         accs = [[self.b.define_acc(0.0, self.vector(width)) for _, width in columns] for _ in range(rows)]
+        if self.chunk is not None:
+            self.b.loop(self.const(0), self.chunk_past(0), LoopKind.REDUCE)  # once after the first chunk
+            self.partial_sums(panel, block, accs, columns, load=True)
+            self.b.end_loop()
         if self.checks_in_tile:
             gemm_checked.micro_kernel_checked(self, panel, block, accs, columns)
         elif self.panel_ok is not None and self.rows_ok is not None:
@@ -236,6 +250,47 @@ class _Emitter:
                 self.b.end_loop()
         else:
             self.products(panel, block, accs, columns, False)
+        self.finish(panel, block, accs, columns, stored)
+
+    def finish(self, panel: Variable, block: Variable, accs: list[list[int]], columns: list[tuple[int, int]],
+               stored: list[tuple[int, int]]) -> None:
+        """The tile's sums so far: its epilogue and STOREs, or, before the last chunk of K, the sums
+        themselves stored to the output (`gemm.chunk_steps`: the next chunk starts from them)."""
+        if self.chunk is not None:
+            last = self.chunk_past(self.k // self.kc - 2)
+            self.b.loop(last, self.const(1), LoopKind.REDUCE)  # once before the last chunk, else not at all
+            self.partial_sums(panel, block, accs, columns, load=False)
+            self.b.end_loop()
+            self.b.loop(self.const(0), last, LoopKind.REDUCE)  # once at the last chunk
+        rows = len(accs)
+        self.tile_epilogue(panel, block, accs, columns, stored, rows)
+        if self.chunk is not None:
+            self.b.end_loop()
+
+    def chunk_past(self, chunk: int) -> int:
+        """IR int64: 1 when the current chunk of K comes after chunk `chunk`, else 0."""
+        assert self.chunk is not None  # noqa: S101 - chunked kernels only
+        after = self.b.alu(BinaryOps.CMPLT, (self.const(chunk), self.ctx.var_refs[self.chunk]))
+        return self.b.alu(UnaryOps.CAST, (after,), INT64)
+
+    def partial_sums(self, panel: Variable, block: Variable, accs: list[list[int]], columns: list[tuple[int, int]],
+                     load: bool) -> None:
+        """Store the tile's sums to the output, or (`load`) set its accumulators from what the chunks
+        before stored there; a whole-vector tile (`chunk_steps`), every column exists."""
+        assert self.partial is not None  # noqa: S101 - chunked kernels only
+        for row, row_accs in enumerate(accs):
+            rows_env = self.rows_env(block, row)
+            for acc, (offset, width) in zip(row_accs, columns, strict=True):
+                column = panel * self.tiles.columns + offset
+                group = [{**rows_env, self.shape.column: column + lane} for lane in range(width)]
+                if load:
+                    self.b.assign(acc, self.ctx.load_leaf(self.partial, group))
+                else:
+                    self.ctx.store_value(self.ctx.info.stores[0], group, acc)
+
+    def tile_epilogue(self, panel: Variable, block: Variable, accs: list[list[int]], columns: list[tuple[int, int]],
+                      stored: list[tuple[int, int]], rows: int) -> None:
+        """The epilogue and STOREs of the tile whose sums are `accs`."""
         if columns == stored and (self.tile is None or rows == 1):
             for row in range(rows):
                 self.row_epilogue(panel, self.rows_env(block, row), accs[row], columns)
@@ -289,9 +344,9 @@ class _Emitter:
         if batch is not None and every and every % self.k == 0:  # due at step 0 only
             next_batch_hints(self, batch, panel, block, NumNode(0))
         spread = spread_steps(self)
-        for start, end in ((0, spread), (spread, self.k)):
+        for start, end in ((0, spread), (spread, self.kc)):
             if start < end:
-                step = self.loop("k", self.const(start), self.const(end), self.k - 1, LoopKind.REDUCE)
+                step = self.loop("k", self.const(start), self.const(end), self.kc - 1, LoopKind.REDUCE)
                 if batch is not None and every and every % self.k:
                     next_batch_hints(self, batch, panel, block, step)
                 if start == 0 and spread:
@@ -303,14 +358,14 @@ class _Emitter:
              fuse: bool, step: Node) -> None:
         """One K step of the micro-kernel: every accumulator += (row's element of A) x (its columns of B)."""
         b = self.b
-        base = (self.local_panel(panel) * self.k + step) * self.tiles.columns
+        base = (self.local_panel(panel) * self.kc + step) * self.tiles.columns
         packed = [b.load(self.packed_b.idx, self.vector(width), self.render(base + offset))
                   for offset, width in columns]
         for row, row_accs in enumerate(accs):
             if self.packed_a is not None:
                 scalar = b.load(self.packed_a.idx, self.dtype, self.packed_row_index(block, step, row))
             else:
-                scalar = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, step)])
+                scalar = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, self.k0 + step)])
             for acc, value, (_, width) in zip(row_accs, packed, columns, strict=True):
                 a = b.broadcast(scalar, width)
                 total = b.fma(a, value, acc) if fuse else b.alu(BinaryOps.ADD, (acc, b.alu(BinaryOps.MUL, (a, value))))

@@ -45,7 +45,7 @@ def pack_columns(emitter: Any) -> None:
         panel = e.loop("pack", *e.panel_range(edge), e.all_panels - 1)
         ok = e.b.define_acc(True, dtypes.bool.vec(e.tiles.lanes)) if e.fused else None
         first = pack_transposed(e, panel, ok) if squares and not edge else 0
-        if first < e.k:
+        if first < e.kc:
             pack_steps(e, panel, edge, ok, first)
         if ok is not None and e.panel_ok is not None:
             e.b.store(e.panel_ok.idx, e.render(e.local_panel(panel)), e.all_lanes(ok))
@@ -55,11 +55,11 @@ def pack_columns(emitter: Any) -> None:
 def pack_steps(e: Any, panel: Variable, edge: bool, ok: int | None, first: int) -> None:
     """Steps [first, K) of the micro-panel, one at a time: per vector of columns, `lanes` values of B
     at that step."""
-    step = e.loop("packk", e.const(first), e.const(e.k), e.k - 1)
-    local = e.local_panel(panel) * e.k + step
+    step = e.loop("packk", e.const(first), e.const(e.kc), e.kc - 1)
+    local = e.local_panel(panel) * e.kc + step
     for vector in range(e.tiles.vectors):
         column = panel * e.tiles.columns + vector * e.tiles.lanes
-        group = [{**e.env, e.shape.column: column + lane, e.shape.reduce: step} for lane in range(e.tiles.lanes)]
+        group = [{**e.env, e.shape.column: column + lane, e.shape.reduce: e.k0 + step} for lane in range(e.tiles.lanes)]
         value = packed_value(e, group, edge)
         e.b.store(e.packed_b.idx, e.render(local * e.tiles.columns + vector * e.tiles.lanes), value)
         e.and_bounded(ok, value)
@@ -78,17 +78,17 @@ def packed_value(e: Any, group: list[Env], edge: bool) -> int:
 def pack_transposed(e: Any, panel: Variable, ok: int | None) -> int:
     """Steps [0, K - K % lanes) of a full micro-panel, in squares of lanes x lanes (module docstring).
     Returns the first step left to `pack_steps`."""
-    lanes, squares = e.tiles.lanes, e.k // e.tiles.lanes
+    lanes, squares = e.tiles.lanes, e.kc // e.tiles.lanes
     if squares == 0:
         return 0
     for vector in range(e.tiles.vectors):
         square = e.loop("packsq", e.const(0), e.const(squares), squares - 1)
         column = panel * e.tiles.columns + vector * lanes
         runs = [e.ctx.load_leaf(e.shape.b, [{**e.env, e.shape.column: column + within,
-                                             e.shape.reduce: square * lanes + lane} for lane in range(lanes)])
+                                             e.shape.reduce: e.k0 + square * lanes + lane} for lane in range(lanes)])
                 for within in range(lanes)]
         for lane, value in enumerate(transpose(e.b, runs)):
-            local = e.local_panel(panel) * e.k + square * lanes + lane
+            local = e.local_panel(panel) * e.kc + square * lanes + lane
             e.b.store(e.packed_b.idx, e.render(local * e.tiles.columns + vector * lanes), value)
             e.and_bounded(ok, value)
         e.b.end_loop()

@@ -33,7 +33,7 @@ def prepare_rows(e: Any, start: int, end: int, rows: int) -> None:
     edge block): packed A (when packed) and each block's bound flag (when fused)."""
     if e.rows_ok is None and e.packed_a is None:
         return
-    squares = e.packed_a is not None and rows == e.tiles.rows and e.k >= e.tiles.lanes \
+    squares = e.packed_a is not None and rows == e.tiles.rows and e.kc >= e.tiles.lanes \
         and transposes_a(e.shape, e.tiles.lanes)
     if squares:
         pack_squares(e, start, end)
@@ -57,11 +57,11 @@ def rows_pass(e: Any, block: Variable, rows: int, from_packed: bool) -> int | No
     ok = b.define_acc(True, dtypes.bool.vec(lanes)) if fused else None
     tail = b.define_acc(True, dtypes.bool) if fused else None
     row = e.loop("far", e.const(0), e.const(rows), rows - 1)
-    if e.k >= lanes:
-        step = e.loop("fak", e.const(0), e.const(e.k // lanes), e.k // lanes - 1)
+    if e.kc >= lanes:
+        step = e.loop("fak", e.const(0), e.const(e.kc // lanes), e.kc // lanes - 1)
         copy_row_part(e, block, row, step * lanes, lanes, ok, from_packed)
         b.end_loop()
-    for step_in_tail in range(e.k - e.k % lanes, e.k):
+    for step_in_tail in range(e.kc - e.kc % lanes, e.kc):
         copy_row_part(e, block, row, NumNode(step_in_tail), 1, tail, from_packed)
     b.end_loop()
     if ok is None or tail is None:
@@ -76,7 +76,7 @@ def copy_row_part(e: Any, block: Variable, row: Variable, first: Node, width: in
     if from_packed:
         value = e.b.load(e.packed_a.idx, e.vector(width), e.packed_row_index(block, first, row))
     else:
-        value = e.ctx.load_leaf(e.shape.a, [e.rows_env(block, row, first + lane) for lane in range(width)])
+        value = e.ctx.load_leaf(e.shape.a, [e.rows_env(block, row, e.k0 + first + lane) for lane in range(width)])
         if e.packed_a is not None:
             e.b.store(e.packed_a.idx, e.packed_row_index(block, first, row), value)
     e.and_bounded(ok, value)
@@ -93,21 +93,21 @@ def pack_squares(e: Any, start: int, end: int) -> None:
     count = b.index(IndexOps.MUL, e.sub(end, start), e.const(e.tiles.rows))
     squares = b.index(IndexOps.NONNEG_DIV, count, e.const(lanes))
     top = -(-e.tiles.group_rows // lanes) - 1
-    parts = e.k // lanes
-    for tail in (False, True) if e.k % lanes else (False,):
+    parts = e.kc // lanes
+    for tail in (False, True) if e.kc % lanes else (False,):
         # steps outside, squares inside: each step's loads walk along A's stored rows
         part = None if tail else e.loop("ask", e.const(0), e.const(parts), parts - 1)
         square = e.loop("asq", e.const(0), squares, top)
         rows = [first_row + square * lanes + within for within in range(lanes)]
         packed = [(slot + square * lanes + within) * e.a_stride for within in range(lanes)]
         if part is not None:
-            runs = [e.ctx.load_leaf(e.shape.a, [flat_env(e, row, part * lanes + lane) for row in rows])
+            runs = [e.ctx.load_leaf(e.shape.a, [flat_env(e, row, e.k0 + part * lanes + lane) for row in rows])
                     for lane in range(lanes)]
             for origin, value in zip(packed, transpose(b, runs), strict=True):
                 b.store(e.packed_a.idx, e.render(origin + part * lanes), value)
         else:
-            for step in range(parts * lanes, e.k):  # one vector along M per step, stored lane by lane
-                value = e.ctx.load_leaf(e.shape.a, [flat_env(e, row, NumNode(step)) for row in rows])
+            for step in range(parts * lanes, e.kc):  # one vector along M per step, stored lane by lane
+                value = e.ctx.load_leaf(e.shape.a, [flat_env(e, row, e.k0 + step) for row in rows])
                 for lane, origin in enumerate(packed):
                     b.store(e.packed_a.idx, e.render(origin + step), b.gep(value, lane))
         b.end_loop()
@@ -122,13 +122,13 @@ def copy_flat_row(e: Any, row: Node, packed_row: Node) -> None:
     """A's row `row` (flat over the row axes) to row `packed_row` of packed A: vectors of `lanes`
     along K, then the K % lanes last values."""
     lanes, b = e.tiles.lanes, e.b
-    if e.k >= lanes:
-        step = e.loop("arv", e.const(0), e.const(e.k // lanes), e.k // lanes - 1)
-        value = e.ctx.load_leaf(e.shape.a, [flat_env(e, row, step * lanes + lane) for lane in range(lanes)])
+    if e.kc >= lanes:
+        step = e.loop("arv", e.const(0), e.const(e.kc // lanes), e.kc // lanes - 1)
+        value = e.ctx.load_leaf(e.shape.a, [flat_env(e, row, e.k0 + step * lanes + lane) for lane in range(lanes)])
         b.store(e.packed_a.idx, e.render(packed_row * e.a_stride + step * lanes), value)
         b.end_loop()
-    for step_in_tail in range(e.k - e.k % lanes, e.k):
-        value = e.ctx.load_leaf(e.shape.a, [flat_env(e, row, NumNode(step_in_tail))])
+    for step_in_tail in range(e.kc - e.kc % lanes, e.kc):
+        value = e.ctx.load_leaf(e.shape.a, [flat_env(e, row, e.k0 + step_in_tail)])
         b.store(e.packed_a.idx, e.render(packed_row * e.a_stride + step_in_tail), value)
 
 
