@@ -125,3 +125,41 @@ def test_kernels_whose_output_cannot_hold_the_sums_keep_k_whole() -> None:
                   ).chunk == 0  # type: ignore[union-attr]
     assert _tiles(a @ xp.asarray(np.ones((1024, LANES), np.float32))).chunk == 0  # type: ignore[union-attr]
     assert _tiles(a @ xp.asarray(np.ones((1024, 8 * LANES + 1), np.float32))).chunk == 0  # type: ignore[union-attr]
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_accumulate(device: str) -> None:
+    """`c = c + a @ b` assigned into c: the product is a kernel of its own, writing a buffer nobody
+    else reads meanwhile, in chunks (a kernel reading its own output would keep K whole:
+    `gemm.holds_partial_sums`); c gets old c plus the product."""
+    from fast.ops import BinaryOps
+    rng = np.random.default_rng(12)
+    shapes = ((40, 1024), (1024, 8 * LANES), (40, 8 * LANES))
+    a, b, c = (rng.standard_normal(shape).astype(np.float32) for shape in shapes)
+    with config.override(alloc_poison=True):
+        target = xp.asarray(c, device=device).lazy
+        product = xp.asarray(a, device=device) @ xp.asarray(b, device=device)
+        out = target.assign(product.lazy.e(BinaryOps.ADD, target))
+        gemms = [shape for item in fast.schedule(out) if item.ast.op.name == "SINK"
+                 if (shape := gemm.match(analyze(item.ast), OPTIONS)) is not None]
+        assert len(gemms) == 1 and gemms[0].in_output
+        got = fast.to_numpy(out)
+    exact = a.astype(np.float64) @ b.astype(np.float64) + c
+    bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64) + np.abs(c)
+    np.testing.assert_array_less(np.abs(got - exact), bound * (a.shape[1] + 3) * float(np.finfo(np.float32).eps) + 1e-6)
+
+
+@needs_tiles
+def test_a_kernel_reading_its_output_keeps_k_whole() -> None:
+    """The product's kernel rewritten to add its output buffer's old values in the epilogue (what an
+    in-place accumulate fused into one kernel would read): its output cannot hold the sums."""
+    from fast.ops import BinaryOps, BufferOps, LazyOp
+    out = xp.asarray(np.ones((40, 1024), np.float32)) @ xp.asarray(np.ones((1024, 8 * LANES), np.float32))
+    ast = [item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"][-1].ast
+    store = ast.src[0]
+    old = LazyOp(BufferOps.LOAD, (), store.arg)
+    rewritten = LazyOp(ast.op, (LazyOp(store.op, (LazyOp(BinaryOps.ADD, (store.src[0], old)),), store.arg),), ast.arg)
+    before, after = gemm.match(analyze(ast), OPTIONS), gemm.match(analyze(rewritten), OPTIONS)
+    assert before is not None and before.in_output
+    assert after is not None and not after.in_output and gemm.choose_tiles(after, OPTIONS).chunk == 0  # type: ignore[union-attr]
