@@ -59,12 +59,16 @@ from fast.shape.symbolic import Node, Variable
 
 #: Bytes of packed B per thread share (a stack array of the kernel: codegen/ir.py `scratch`).
 SCRATCH_BYTES = 2 << 20
-#: Column blocks of B at least, when all of a GEMM's rows fit in one group (`choose_tiles`): threads
-#: share units (batch, column block, block of rows) in that order, so with one block every thread
-#: packed all of B for its few rows; with four, each packs its own blocks. A linear layer on 32-160
-#: tokens (`x @ W.T`, 384 x 384, two threads, a chain of 24 under `fast.jit`): 133, 183, 272 and
-#: 347 us at 32, 64, 128 and 160 tokens (numpy 103-408) -> 78, 138, 239 and 295 us. Products that
-#: already had two blocks (MiniLM's 384 <-> 1536 on 32 tokens) ran the same with two or four.
+#: Column blocks of B at least, when all of a GEMM's rows fit in one group and N > M (`choose_tiles`):
+#: threads share units (batch, column block, block of rows) in that order, so with one block every
+#: thread packed all of B for its few rows; with four, each packs its own blocks (and all of A).
+#: Per thread that packs A + B / threads instead of B + A / threads: less only while A (M x K) is
+#: smaller than B (K x N). `x.T @ dy`, K = 4096 tokens, 384 x 160 (A the larger, in chunks of K):
+#: 0.65-0.76x numpy sharing B's three blocks of 64, 64 and 32 columns, 0.86-0.96x splitting rows.
+#: A linear layer on 32-160 tokens (`x @ W.T`, 384 x 384, two threads, a chain of 24 under
+#: `fast.jit`): 133, 183, 272 and 347 us at 32, 64, 128 and 160 tokens (numpy 103-408) -> 78, 138,
+#: 239 and 295 us. Products that already had two blocks (MiniLM's 384 <-> 1536 on 32 tokens) ran
+#: the same with two or four.
 SHARED_BLOCKS = 4
 #: The fewest rows per batch for which packing B pays (fewer: the plain register tiles of opt.py).
 MIN_ROWS = 32
@@ -227,7 +231,7 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     """MR x NR (`register_tile`); KC (`chunk_steps`); MC so that MC x KC of A fills about half the
     core's cache (whole squares of rows, rounded down, when A is packed in squares: `squares_a`); the
     packed block of B within `SCRATCH_BYTES`, and at least `SHARED_BLOCKS` blocks when the rows fit
-    in one group (not batched). None when one micro-panel of B does not fit."""
+    in one group and N > M (not batched). None when one micro-panel of B does not fit."""
     dtype = node_dtype(shape.a)
     lanes = options.lanes(dtype)
     if lanes < 4:
@@ -249,7 +253,7 @@ def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles | None
     if squares:  # groups of whole squares, rounded down: only a share's last rows are left over
         unit = lanes // math.gcd(lanes, rows)
         group = max(unit, group // unit * unit)
-    if not shape.batch and m <= group * rows:  # one group of rows: threads share B's column blocks
+    if not shape.batch and m <= group * rows and n > m:  # one group of rows: threads share B's columns
         blocks = max(blocks, min(SHARED_BLOCKS, total_panels))
     panels = -(-total_panels // blocks)
     return GemmTiles(rows, vectors, lanes, group * rows, panels, chunk)

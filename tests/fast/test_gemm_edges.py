@@ -105,8 +105,8 @@ def test_bits_do_not_depend_on_threads(device: str) -> None:
 
 
 def test_few_rows_split_b_into_blocks_that_threads_share() -> None:
-    """Rows that fit in one group (not batched): at least `SHARED_BLOCKS` column blocks of B, so
-    each thread packs only its own; many rows, or a batch: blocks only as the scratch requires."""
+    """Rows that fit in one group (not batched) and N > M: at least `SHARED_BLOCKS` column blocks of
+    B, so each thread packs only its own; many rows, or a batch: blocks only as the scratch requires."""
     if not TILES_KNOWN:
         pytest.skip("this host's renderer has no vectors for GEMM tiles")
     from fast.codegen import gemm
@@ -123,6 +123,8 @@ def test_few_rows_split_b_into_blocks_that_threads_share() -> None:
 
     total, per_block = tiles((40, 384), (384, 384))
     assert -(-total // per_block) >= gemm.SHARED_BLOCKS
+    total, per_block = tiles((200, 96), (96, 128))
+    assert per_block == total  # N <= M: A is the larger operand, the threads split its rows instead
     total, per_block = tiles((4096, 384), (384, 384))
     assert per_block == total  # one block fits the scratch
     total, per_block = tiles((6, 40, 384), (6, 384, 384))
