@@ -30,6 +30,8 @@ How docs/semantics.md is kept:
   a vector LOAD/STORE is one `align 1` access of N consecutive elements (masked: all or none).
 - the values (emission, ALU ops, casts, index arithmetic) are fast/renderer/llvm_alu.py's
   `AluEmitter`; this module adds memory accesses, loops and the function around them.
+- loops: an innermost loop recomputing many loop-invariant values carries `llvm.loop.vectorize.enable
+  false` (fast/renderer/llvm_loops.py: LLVM 22's loop vectorizer takes exponential time on them).
 - streamed outputs (codegen/streaming.py): a vector STORE of 16, 32 or 64 bytes (at most the
   register width) tests its address; aligned, it is a `!nontemporal` store with that alignment,
   else the plain `align 1` store. Such a kernel ends with `llvm.x86.sse.sfence`.
@@ -43,6 +45,7 @@ from fast.dtype import DType, dtypes
 from fast.renderer.base import Renderer, RendererOptions, cpu_options
 from fast.renderer.llvm_alu import HALVES, AluEmitter, render_const
 from fast.renderer.llvm_helpers import VALUE_TYPES
+from fast.renderer.llvm_loops import unvectorized_loops
 from fast.renderer.llvm_vectors import llvm_type, zero
 
 __all__ = ["HALVES", "LLVMIRRenderer", "render_const"]
@@ -143,7 +146,10 @@ class _Kernel(AluEmitter):
         self.emit(f"br label %L{loop}.latch")
         self.label(f"L{loop}.latch")
         self.emit(f"%loop{loop}.next = add i64 %loop{loop}, 1")
-        self.emit(f"br label %L{loop}.head")
+        if loop in self.scalar_loops:  # llvm_loops.py: kept from LLVM's loop vectorizer
+            self.emit(f"br label %L{loop}.head, !llvm.loop !{2 + sorted(self.scalar_loops).index(loop)}")
+        else:
+            self.emit(f"br label %L{loop}.head")
         self.label(f"L{loop}.exit")
 
     def statement(self, number: int, instr: Instr) -> None:
@@ -190,6 +196,7 @@ class _Kernel(AluEmitter):
             self.names[number] = self.alu(instr, types, a)
 
     def source(self) -> str:
+        self.scalar_loops = unvectorized_loops(self.program)
         for scratch in self.program.scratch:  # private to this call (codegen/gemm.py)
             element = "i8" if scratch.dtype == dtypes.bool else VALUE_TYPES[scratch.dtype]
             self.allocas.append(f"  %data{scratch.idx} = alloca {element}, i64 {scratch.size}, align 64")
@@ -204,6 +211,9 @@ class _Kernel(AluEmitter):
         streaming = "declare void @llvm.x86.sse.sfence()\n!0 = !{i32 1}\n" if self.streams else ""
         if self.prefetches:
             streaming += "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
+        if self.scalar_loops:
+            streaming += "!1 = !{!\"llvm.loop.vectorize.enable\", i1 false}\n"
+            streaming += "".join(f"!{2 + k} = distinct !{{!{2 + k}, !1}}\n" for k in range(len(self.scalar_loops)))
         return ("".join(self.helpers.values()) + comments
                 + f"define void @{self.program.name}({', '.join(params)}) #1 {{\n{body}\n}}\n"
                 + "attributes #0 = { alwaysinline nounwind }\nattributes #1 = { nounwind }\n" + streaming)
