@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import minilm_kernels, minilm_model
+from bench import minilm_kernels, minilm_model, minilm_split
 from bench.timing import Budget, timed
 from bench.workloads import Workload
 
@@ -316,6 +316,9 @@ def run_minilm(workload: Workload, plan: Any) -> tuple[list[dict[str, Any]], dic
             row["matmul_kernels"], row["kernel_floor_ms"] = minilm_kernels.matmul_kernels(system.build,
                                                                                           plan.fma_gflops)
         plan.log(_progress(row))
+    if model["torch"] is not None:
+        minilm_split.attach(rows, peers, lambda: minilm_split.torch_split(model["torch"], ids, mask),
+                            plan.fma_gflops)
     if workload.name == FIRST_CALL_WORKLOAD and not plan.quick:
         attach_first_calls(rows, plan.log)
     return rows, peers

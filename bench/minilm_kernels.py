@@ -23,19 +23,20 @@ from typing import Any
 ROUNDS = 8
 
 
-def _gemm_names(build: Callable[[], Any]) -> set[str]:
-    """Names of the kernels of one forward's schedule that were lowered as GEMMs (nothing runs;
-    the kernels are already compiled by the timed calls)."""
+def _gemm_names(build: Callable[[], Any]) -> dict[str, bool]:
+    """Names of the kernels of one forward's schedule that were lowered as GEMMs, each with whether
+    it is batched (attention's products; the linears are not) (nothing runs; the kernels are
+    already compiled by the timed calls)."""
     import fast
     from fast.ops import KernelOps
 
     kernels = importlib.import_module("fast.engine.realize")
-    names = set()
+    names: dict[str, bool] = {}
     for item in fast.schedule(build()):
         if item.ast.op is KernelOps.SINK:
             kernel, _ = kernels.get_kernel(item.bufs[0].device, item.ast)
             if "gemm" in kernel.program.paths:
-                names.add(kernel.program.name)
+                names[kernel.program.name] = "gemm-batched" in kernel.program.paths
     return names
 
 
@@ -76,7 +77,7 @@ def matmul_kernels(build: Callable[[], Any], fma_gflops: float | None) -> tuple[
     for name, ms, gflop in best.values():
         if name not in names:
             continue
-        row = rows.setdefault(name, {"kernel": name, "count": 0, "ms": 0.0, "gflop": 0.0})
+        row = rows.setdefault(name, {"kernel": name, "count": 0, "ms": 0.0, "gflop": 0.0, "batched": names[name]})
         row["count"] += 1
         row["ms"] += ms
         row["gflop"] += gflop

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import minilm_kernels
+from bench import minilm_kernels, minilm_split
 
 TABLE_HEADER = ("system", "ms median", "min", "max", "first call ms", "GFLOP/s", "vs torch eager",
                 "vs onnxruntime", "min cosine", "max abs diff", "kernels / host steps")
@@ -55,6 +55,9 @@ def minilm_tables(result: dict[str, Any]) -> list[str]:
                 if row.get("kernel_floor_ms"):
                     lines += ["", f"Every kernel of that forward at its fastest round: {row['kernel_floor_ms']:.1f} ms "
                               f"in all (the call's floor on this machine; its median: {row['median_ms']:.1f} ms)."]
+                if row.get("torch_split"):
+                    lines += ["", *minilm_split.target_lines(row["torch_split"], row["torch_split"]["torch_median_ms"],
+                                                             row, row["torch_split"].get("fma_gflops"))]
         lines += _first_call_lines(rows)
     return lines
 

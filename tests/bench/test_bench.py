@@ -235,6 +235,49 @@ def test_minilm_kernels_time_the_matmuls_and_the_floor_counts_every_kernel() -> 
         return product.e(fast.ops.BinaryOps.SUB, product.r(fast.ops.ReduceOps.MAX, (1,)).expand(product.shape))
 
     rows, floor = matmul_kernels(build, 100.0)
-    assert [row["count"] for row in rows] == [1] and rows[0]["gflops"] > 0
+    assert [row["count"] for row in rows] == [1] and rows[0]["gflops"] > 0 and rows[0]["batched"] is False
     assert rows[0]["fma_fraction"] == pytest.approx(rows[0]["gflops"] / 100.0)
     assert floor > rows[0]["ms"] > 0
+
+
+def test_minilm_split_says_what_the_target_leaves() -> None:
+    """bench/minilm_split.py's lines: 1.2x of torch's 300 ms is 250 ms; fast's floor of 260 ms less its
+    matmul kernels (230 ms) leaves 30 ms of other kernels, so its 88 GFLOP of matmuls would have to
+    fit in 220 ms: 400 GFLOP/s, 80% of a 500 GFLOP/s peak; they run at 88 / 0.23 = 383 (77%). torch's
+    linears: 80 GFLOP in 70% of 300 ms, 381 GFLOP/s (76%)."""
+    from bench.minilm_split import attach, target_lines
+    split = {"profiled_ms": 290.0, "gemm_share": 0.7, "attention_share": 0.1, "other_share": 0.2,
+             "top_ops": [["aten::addmm", 203.0]]}
+    row = {"device": "CLANG", "median_ms": 268.0, "kernel_floor_ms": 260.0,
+           "matmul_kernels": [{"kernel": "r_a", "ms": 200.0, "gflop": 80.0, "batched": False},
+                              {"kernel": "r_b", "ms": 30.0, "gflop": 8.0, "batched": True}]}
+    lines = target_lines(split, 300.0, row, 500.0)
+    assert "linears' GEMMs 70.0%, fused attention 10.0%, the rest 20.0%" in lines[0]
+    assert "needs 250.0 ms" in lines[1] and "other kernels take 30.0 ms" in lines[1]
+    assert "average 400 GFLOP/s, 80% of the FMA peak; they average 383 (77%)" in lines[1]
+    assert "torch's linears at its median: 381 GFLOP/s (76%)" in lines[1]
+    assert len(target_lines(split, 300.0, row, None)) == 1  # no peak measured: the profile line only
+    calls: list[int] = []
+    attach([row, {"device": "LLVM"}], {"torch": {"median_ms": 300.0}}, lambda: calls.append(1) or split, 500.0)
+    assert calls == [1] and row["torch_split"]["torch_median_ms"] == 300.0 and row["torch_split"]["fma_gflops"] == 500.0
+    attach([{"device": "LLVM"}], {}, lambda: calls.append(1) or split, 500.0)  # no torch row: nothing measured
+    assert calls == [1]
+
+
+def test_minilm_split_profiles_torch() -> None:
+    """torch_split on a tiny module of a linear layer and a softmax: the GEMM share is counted."""
+    torch = pytest.importorskip("torch", reason="torch is an optional bench peer")
+    from bench.minilm_split import torch_split
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(64, 64)
+
+        def forward(self, ids: object, mask: object) -> object:
+            return torch.softmax(self.linear(torch.ones(128, 64) * ids.shape[0]), -1)
+
+    split = torch_split(Tiny(), np.zeros((2, 4), np.int32), np.ones((2, 4), np.int32))
+    assert 0 < split["gemm_share"] < 1 and split["attention_share"] == 0
+    assert split["gemm_share"] + split["other_share"] == pytest.approx(1.0)
+    assert split["top_ops"] and split["profiled_ms"] > 0
