@@ -5,7 +5,8 @@ Split reductions (>= 32768 inputs per output) in several dtypes, ring all-reduce
 threshold and forced with RING=2, uneven sharding on 3 and 4 devices, mixed sharded axes, shrink
 to one shard and pad back, a masked constant behind a reshape and expand, the stale read after an
 assign, row kernels (softmax, layernorm, several outputs), output widths the vector lanes do not
-divide (vector tails: a scalar loop finishes the row; on every device kind), matrix products large
+divide (vector tails: a scalar loop finishes the row; on every device kind; float64 SIN broadcast
+along a tail's loop), matrix products large
 enough for fused multiply-adds, with and without overflowing products (on every device kind),
 matrix products lowered as GEMMs in every layout on awkward sizes and views, and attention's batched
 products on a head-split view (on every device kind),
@@ -151,7 +152,8 @@ def row_kernels(dev: str) -> list[Program]:
 def output_tails(cfg: GenConfig) -> list[Program]:
     """On every device kind: two reductions of one input in one kernel, an elementwise chain and a
     column sum, each over a width no vector lane count divides (7, 13 and 33: the vectorized part
-    and the scalar tail both run; a tail that writes nothing shows as garbage under ALLOC_POISON)."""
+    and the scalar tail both run; a tail that writes nothing shows as garbage under ALLOC_POISON), and
+    float64 SIN of a view broadcast along the loop of such a tail."""
     out = []
     for dev in cfg.kinds:
         for dtype, shape in (("float32", (7, 33)), ("int32", (13, 33))):
@@ -162,6 +164,11 @@ def output_tails(cfg: GenConfig) -> list[Program]:
                              Elementwise("MUL", (0, 1)), Elementwise("ADD", (2, 0)), Fetch(3),
                              Reduce(0, "SUM", (0,)), Fetch(5)]
         out.append(Program(tuple(chain)))
+        # seed 6's timeout: float64 SIN broadcast along the loop of the scalar tail (LLVM's loop
+        # vectorizer took minutes on it: fast/renderer/llvm_loops.py)
+        sine: list[Step] = [_random("float64", (2, 33, 1), 43, dev), Movement(0, "reshape", (2, 1, 33, 1)),
+                            Movement(1, "expand", (2, 16, 33, 1)), Elementwise("SIN", (2,)), Fetch(3)]
+        out.append(Program(tuple(sine)))
     return out
 
 
