@@ -116,7 +116,8 @@ class _Lowering(LaneLowering):
         vector ops instead of n - 1 scalar ones (softmax's horizontal MAX alone was 15 scalar ops,
         each with its NaN test, per row of 128)."""
         b = self.builder
-        if lanes & (lanes - 1) or (op, b.dtype(vector).scalar()) not in b.vector_ops:
+        dtype = b.dtype(vector)
+        if lanes & (lanes - 1) or dtype.count != lanes or (op, dtype.scalar()) not in b.vector_ops:
             return self._combine(op, [b.gep(vector, lane) for lane in range(lanes)])
         width = lanes
         while width > 1:
