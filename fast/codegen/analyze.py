@@ -59,6 +59,12 @@ def node_dtype(node: LazyOp) -> DType:
     return node_dtype(node.src[1] if node.op is TernaryOps.WHERE else node.src[0])
 
 
+def reads_own_output(store: LazyOp) -> bool:
+    """Whether the value a STORE writes loads the buffer it writes (an in-place `out += x`): such an
+    output cannot hold a kernel's partial results between chunks."""
+    return any(node.op is BufferOps.LOAD and node.arg.idx == store.arg.idx for node in store.src[0].walk())
+
+
 def _check_leaf_shapes(nodes: list[LazyOp], allowed: tuple[tuple[sint, ...], ...], where: str) -> None:
     for node in nodes:  # a gathered LOAD (one source) has one more axis, the last (fast/ops.py LazyOp)
         if node.op not in (BufferOps.LOAD, BufferOps.CONST):

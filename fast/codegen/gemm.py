@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from fast import config
-from fast.codegen.analyze import KernelInfo, node_dtype
+from fast.codegen.analyze import KernelInfo, node_dtype, reads_own_output
 from fast.codegen.builder import IRBuilder
 from fast.codegen.indexing import IndexRenderer
 from fast.dtype import DType, dtypes
@@ -205,10 +205,7 @@ def match(info: KernelInfo, options: RendererOptions) -> GemmShape | None:
 def holds_partial_sums(info: KernelInfo, dtype: DType) -> bool:
     """Whether the kernel's output may hold a GEMM's partial sums between chunks of K: one STORE, of
     the accumulator's dtype, to a buffer the kernel never reads (an in-place `out += a @ b` reads it)."""
-    if len(info.stores) != 1 or info.stores[0].arg.dtype != dtype:
-        return False
-    target = info.stores[0].arg.idx
-    return not any(node.op is BufferOps.LOAD and node.arg.idx == target for node in info.stores[0].src[0].walk())
+    return len(info.stores) == 1 and info.stores[0].arg.dtype == dtype and not reads_own_output(info.stores[0])
 
 
 def _classify(info: KernelInfo, a: LazyOp, b: LazyOp, sizes: tuple[int, ...]) -> GemmShape | None:

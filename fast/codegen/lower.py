@@ -33,7 +33,7 @@ from typing import Any
 
 from fast import config
 from fast.codegen import gemm_loops, transcendental
-from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype
+from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype, reads_own_output
 from fast.codegen.const_args import const_name, define_params
 from fast.codegen.fma import fuse_accumulations
 from fast.codegen.gather import gathered_load
@@ -329,7 +329,7 @@ def _post_order(root: LazyOp) -> list[LazyOp]:
     return order
 
 
-def _chunkable(info: KernelInfo, ast: LazyOp) -> bool:
+def _chunkable(info: KernelInfo) -> bool:
     """One reduce and one STORE in the reduce's own dtype (not a half float, which accumulates in
     float32) to a buffer the kernel does not read: partial results may then be kept in the output
     between chunks. The STORE's value is the reduce or elementwise work over it (lowering applies
@@ -340,7 +340,7 @@ def _chunkable(info: KernelInfo, ast: LazyOp) -> bool:
     dtype = store.arg.dtype
     if dtype in HALVES or dtype != node_dtype(info.reduce.src[0]) or dtype.count != 1:
         return False
-    return not any(node.op is BufferOps.LOAD and node.arg.idx == store.arg.idx for node in ast.walk())
+    return not reads_own_output(store)
 
 
 def _kernel_lanes(info: KernelInfo, options: RendererOptions) -> int:
@@ -355,7 +355,7 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     info = analyze(ast)
     loads = [node.arg.st.real_strides()[:-1 if node.src else None] for node in ast.walk() if node.op is BufferOps.LOAD]
     plan = plan_kernel(info.full_shape, info.reduce_axes, info.stores[0].arg.st.real_strides(), options,
-                       loads, _kernel_lanes(info, options), _chunkable(info, ast), info.row)
+                       loads, _kernel_lanes(info, options), _chunkable(info), info.row)
     flops, mem_bytes = estimates(info)
     parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
     lowering = _Lowering(info, plan, options, parallel)
