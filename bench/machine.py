@@ -253,11 +253,16 @@ def fma_spread(library: ctypes.CDLL, threads: int, samples: int = SPREAD_SAMPLES
             "p10_gflops": round(rates[len(rates) // 10], 1)}
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as the kernel reports them (empty where it reports none)."""
+    return set((_cpuinfo().get("flags") or _cpuinfo().get("Features") or "").split())
+
+
 def measure_fma_peak(seconds: float = 0.1, repeats: int = 7) -> dict[str, Any]:
     """GFLOP/s of independent float32 vector FMA chains on one thread and on every usable core, for
     each instruction set the CPU reports; `peak_gflops` is the best all-cores rate, the yardstick of
     the matmuls' "% of FMA peak". {"error": why} when nothing could be compiled."""
-    flags = set((_cpuinfo().get("flags") or _cpuinfo().get("Features") or "").split())
+    flags = cpu_flags()
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     variants: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="fast-bench-fma-") as directory:

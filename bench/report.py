@@ -10,6 +10,7 @@ from typing import Any
 
 from bench.ceiling import reachable_ratio
 from bench.minilm_report import minilm_tables
+from bench.tile_peak import tile_line
 
 READ_WORKLOADS = ("sum", "row_sum", "col_sum")  # each reads 16M float32 once, like the ceiling
 
@@ -88,6 +89,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              f"{bandwidth['threads']} threads (copy of {bandwidth['array_mib']} MiB; read + write)",
              ceiling_line(result.get("read_ceiling")),
              fma_line(result.get("fma_peak")),
+             *([line] if (line := tile_line(result.get("tile_peak"))) else []),
              f"fast: {result['fast']['file']} (git {result['fast'].get('git') or '?'})"]
     lines += [f"note: {note}" for note in result.get("notes", [])]
     return lines

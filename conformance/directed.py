@@ -305,8 +305,9 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
     M long enough that the full tile takes an edge block;
     K of 16, 47 and 129 also cover `a @ b.T`'s packing in squares of lanes x lanes with and without
     steps left over, N = 64 with no edge micro-panel; K of 67 and 80 with 131 and 260 columns pack A, and
-    `a.T @ b` packs it in squares; K of 1024 runs in chunks), through flipped and padded views, with a bias
-    and ReLU after; and attention's batched products on a head-split view: `q @ q.T` over (batch,
+    `a.T @ b` packs it in squares; K of 1024 runs in chunks; sizes that run on AMX tiles, and a tile product
+    with +-3e38 in both operands, whose tiles fall back to the unfused loop), through flipped and padded
+    views, with a bias and ReLU after; and attention's batched products on a head-split view: `q @ q.T` over (batch,
     heads) and `p @ v`."""
     out = []
     sizes = ((33, 5, 31), (37, 129, 17), (47, 4, 33), (97, 16, 65), (41, 47, 64),
@@ -319,13 +320,18 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
              # (gemm_pack_a.py), with a K tail (67) and without (80), edge blocks and an edge panel
              (101, 67, 131), (389, 80, 260),
              # K of 1024 in chunks of KC steps (gemm.py `chunk_steps`: N whole vectors, A packed)
-             (37, 1024, 144))
+             (37, 1024, 144),
+             # on AMX tiles where the host has them (gemm_tiles.py: K % 32, M % 16, N % 32): one tile,
+             # several of each, A's pieces in several groups of rows, K = 1536 (3 pieces of 48 steps)
+             (32, 32, 32), (48, 64, 96), (64, 128, 32), (160, 384, 64), (32, 1536, 64))
     for dev in cfg.kinds:
         for number, (m, k, n) in enumerate(sizes):
             for layout in ("ab", "abt", "atb"):
                 out.append(_layout(dev, m, k, n, 80 + number, layout))
         out += [_layout(dev, 41, 23, 49, 90, "abt", "flip pad bias"), _layout(dev, 36, 9, 16, 91, "ab", "bias flip"),
-                _layout(dev, 101, 67, 131, 92, "atb", "pad bias")]
+                _layout(dev, 101, 67, 131, 92, "atb", "pad bias"), _layout(dev, 64, 96, 64, 93, "abt", "flip bias")]
+        out.append(Program(tuple(_matmul_steps(_with_extremes("float32", (64, 64), dev, 3e38),
+                                               _with_extremes("float32", (64, 64), dev, 3e38)))))
         out.append(_attention(dev))
     return out
 

@@ -64,7 +64,7 @@ class Profile:
 
 
 PROFILES = {
-    "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6, captured_every=16), shrink_seconds=15.0,
+    "ci": Profile("ci", examples=2000, gen=GenConfig(max_ops=6, captured_every=16, p_large=0.04), shrink_seconds=15.0,
                   time_limit=200.0),
     "mpi": Profile("mpi", examples=400, gen=GenConfig(max_ops=6, p_multi=1.0, p_symbolic=0.03),
                    shrink_seconds=15.0, time_limit=150.0),

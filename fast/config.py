@@ -73,6 +73,7 @@ class Config:
     mpi_timeout: float = 60.0  # MPI_TIMEOUT: seconds a blocking MPI transfer waits before raising (docs/mpi.md)
     cuda_arch: str = "sm_90"  # CUDA_ARCH: NVRTC target (sm_XY) when no CUDA driver says the GPU's own (runtime/cuda.py)
     xp_tape: bool = True  # FAST_XP_TAPE=0: no call replay of uncaptured fast.xp code (fast/xp/_tape.py)
+    matrix_tiles: bool = True  # MATRIX_TILES=0: float32 matmuls never use AMX tiles (codegen/gemm_tiles.py)
 
     def __hash__(self) -> int:
         """Cached: the configuration is part of every schedule-replay key (engine/replay.py)."""
@@ -118,6 +119,7 @@ class Config:
             cuda_arch=env.get("CUDA_ARCH", "") or Config.cuda_arch,
             mpi_timeout=_float(env, "MPI_TIMEOUT", 60.0),
             xp_tape=bool(_int(env, "FAST_XP_TAPE", 1)),
+            matrix_tiles=bool(_int(env, "MATRIX_TILES", 1)),
         )
 
 

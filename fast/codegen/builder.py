@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fast.codegen.ir import _PURE, BOOL, INT64, FusedOps, IndexOps, Instr, IRError, IROps, LoopKind, same_const
+from fast.codegen.ir import _PURE, BOOL, INT64, FusedOps, IndexOps, Instr, IRError, IROps, LoopKind, TileOps, same_const
 from fast.dtype import FLOATS as FLOAT_DTYPES
 from fast.dtype import ConstType, DType, dtypes
 from fast.ops import BinaryOps, TernaryOps, UnaryOps, bitcast_const, cast_const, exec_alu, normalize_const, result_dtype
@@ -223,6 +223,10 @@ class IRBuilder:
         if valid is False:
             return
         self._emit(Instr(IROps.PREFETCH, None, (index,) if valid is None else (index, valid), buffer))
+
+    def tile(self, form: TileOps, *numbers: int, index: int | None = None) -> None:
+        """A TILE instruction (codegen/ir.py `TileOps`): `index` for the LOAD and STORE forms."""
+        self._emit(Instr(IROps.TILE, None, () if index is None else (index,), (form, *numbers)))
 
     def define_acc(self, init: ConstType, dtype: DType) -> int:
         return self._emit(Instr(IROps.DEFINE_ACC, dtype, (), normalize_const(init, dtype.scalar())))

@@ -158,11 +158,19 @@ class _Emitter:
             chunks = self.k // self.kc
             self.chunk = self.loop("pc", self.const(0), self.const(chunks), chunks - 1)
             self.k0 = self.chunk * self.kc
-        pack_columns(self)
+        self.pack_b()
         self.row_groups(lo, hi)
         if self.partial is not None:
             self.b.end_loop()
         self.b.end_loop()
+
+    def pack_b(self) -> None:
+        """B's micro-panels of the current column block into packed B, with their flags (gemm_pack.py)."""
+        pack_columns(self)
+
+    def pack_rows(self, start: int, end: int, rows: int) -> None:
+        """Blocks [start, end) of `rows` rows into packed A, with their flags (gemm_pack_a.py)."""
+        prepare_rows(self, start, end, rows)
 
     def share(self, units: int) -> tuple[int, int]:
         """[start, end) of this thread's units: `[units*core/cores, units*(core+1)/cores)`."""
@@ -208,7 +216,7 @@ class _Emitter:
         ranges = [(self.group_start, self.minimum(group_end, full_blocks), self.tiles.rows)]
         ranges += [(self.maximum(self.group_start, full_blocks), group_end, edge)] if edge else []
         for start, end, rows in ranges:
-            prepare_rows(self, start, end, rows)
+            self.pack_rows(start, end, rows)
         for edge_columns in (False, True) if self.n % self.tiles.columns else (False,):
             panel = self.loop("jr", *self.panel_range(edge_columns), self.all_panels - 1)
             for start, end, rows in ranges:
@@ -316,8 +324,15 @@ class _Emitter:
         for row, row_accs in enumerate(accs):
             for acc, (offset, _) in zip(row_accs, columns, strict=True):
                 self.b.store(self.tile.idx, self.const(row * nr + offset), acc)
-        per_step = max(d for d in range(1, EPILOGUE_ROWS_PER_STEP + 1) if len(accs) % d == 0)
-        steps = len(accs) // per_step
+        self.epilogue_from_tile(panel, block, len(accs), stored)
+
+    def epilogue_from_tile(self, panel: Variable, block: Variable, rows: int, stored: list[tuple[int, int]]) -> None:
+        """The epilogue of the tile's first `rows` rows, read from the tile scratch (row r, column c
+        at `r * NR + c`), in a loop over the rows: the `stored` columns of each."""
+        assert self.tile is not None  # noqa: S101 - callers check
+        nr = self.tiles.columns
+        per_step = max(d for d in range(1, EPILOGUE_ROWS_PER_STEP + 1) if rows % d == 0)
+        steps = rows // per_step
         step = self.loop("er", self.const(0), self.const(steps), steps - 1)
         for within in range(per_step):
             tile_row: Node = step * per_step + within

@@ -29,6 +29,11 @@ Instruction set (`IROps`):
 - `SHUFFLE`     srcs: (a, b), two vectors of one dtype `T.vec(n)`; arg: a tuple of n lane numbers in
                 [0, 2n) (i < n: lane i of a; n + i: lane i of b); its value is the `T.vec(n)` of those
                 lanes. Only the GEMM lowering makes it (codegen/gemm_loops.py, the transposing pack).
+- `TILE`        arg: `(TileOps.X, *numbers)`; srcs: () or (index,). No value. The matrix tile registers
+                of x86 AMX (eight tiles, each 16 rows of 64 bytes; `TileOps` lists the forms): only
+                the GEMM lowering makes them (codegen/gemm_tiles.py), only for renderers with
+                `RendererOptions.matrix_tiles`. A LOAD/STORE form names a buffer and a row stride in
+                its elements; the lowering keeps every row it touches within the buffer.
 
 Vectors: a value whose dtype has `count > 1` is a vector of that many lanes. CONST of a vector dtype
 is its scalar `arg` in every lane; ALU on vectors works lane by lane with the scalar semantics (every
@@ -61,7 +66,27 @@ from fast.ops import (
 class IROps(Enum):
     DEFINE_VAR = auto(); CONST = auto(); LOOP = auto(); ENDLOOP = auto(); INDEX = auto()  # noqa: E702
     LOAD = auto(); ALU = auto(); DEFINE_ACC = auto(); ASSIGN = auto(); STORE = auto()  # noqa: E702
-    VECTORIZE = auto(); GEP = auto(); PREFETCH = auto(); SHUFFLE = auto()  # noqa: E702
+    VECTORIZE = auto(); GEP = auto(); PREFETCH = auto(); SHUFFLE = auto(); TILE = auto()  # noqa: E702
+
+
+class TileOps(Enum):
+    """The forms of an `IROps.TILE` instruction, by their arg tuples (t, c, a, b: tile numbers 0-7):
+    - `(CONFIG,)`: every tile 16 rows x 64 bytes (palette 1); before any other form in the kernel;
+    - `(ZERO, t)`: tile t := 0;
+    - `(LOAD, t, buffer, stride)`, srcs (index,): row r of tile t := the 64 bytes at
+      buffer[index + r * stride] (stride in the buffer's elements);
+    - `(DOT, c, a, b)`: float32 tile c (16 x 16) += a (16 rows x 32 bfloat16) x b (16 rows of 16
+      column pairs: b[k // 2][n][k % 2]); products exact, sums rounded to nearest float32, subnormal
+      inputs and results read and written as zero (the hardware's TDPBF16PS);
+    - `(STORE, t, buffer, stride)`, srcs (index,): the 64 bytes of row r of tile t to
+      buffer[index + r * stride];
+    - `(RELEASE,)`: the tiles are free again; after the last other form."""
+
+    CONFIG = auto(); ZERO = auto(); LOAD = auto(); DOT = auto(); STORE = auto(); RELEASE = auto()  # noqa: E702
+
+
+#: Tile registers, rows per tile and bytes per row (`TileOps.CONFIG`).
+TILE_REGISTERS, TILE_ROWS, TILE_ROW_BYTES = 8, 16, 64
 
 
 class FusedOps(OpEnum):
@@ -207,6 +232,8 @@ def format_instr(number: int, instr: Instr) -> str:
         arg = instr.arg.name
     if instr.op in (IROps.LOAD, IROps.STORE, IROps.PREFETCH):
         arg = f"data{instr.arg}"
+    if instr.op is IROps.TILE:
+        arg = " ".join([instr.arg[0].name.lower(), *map(str, instr.arg[1:])])
     srcs = " ".join(f"%{src}" for src in instr.srcs)
     head = f"%{number} = " if instr.op in VALUE_OPS else ""
     parts = [part for part in (instr.op.name.lower(), dtype, "" if arg is None else str(arg), srcs) if part]
@@ -291,8 +318,28 @@ def _shuffle_dtype(where: str, instr: Instr, src_types: list[DType]) -> DType:
     return src_types[0]
 
 
+def _check_tile(program: LinearProgram, where: str, instr: Instr, src_types: list[DType]) -> None:
+    """A TILE instruction: a known form, tile numbers in range, LOAD/STORE with a buffer and an index."""
+    arg = instr.arg
+    shapes = {TileOps.CONFIG: 0, TileOps.RELEASE: 0, TileOps.ZERO: 1, TileOps.DOT: 3, TileOps.LOAD: 3, TileOps.STORE: 3}
+    form = arg[0] if isinstance(arg, tuple) and arg else None
+    if form not in shapes or len(arg) != 1 + shapes[form] or not all(isinstance(x, int) for x in arg[1:]):
+        raise IRError(f"{where}: malformed {arg!r}")
+    memory = form in (TileOps.LOAD, TileOps.STORE)
+    tiles = arg[1:2] if memory else arg[1:]
+    if not all(0 <= t < TILE_REGISTERS for t in tiles) or src_types != ([INT64] if memory else []):
+        raise IRError(f"{where}: tiles {tiles}, operands {[t.name for t in src_types]}")
+    if memory and (not 0 <= arg[2] < program.memory_count or arg[3] <= 0):
+        raise IRError(f"{where}: buffer {arg[2]}, stride {arg[3]}")
+    if form is TileOps.STORE and arg[2] < len(program.buffers) and not program.buffers[arg[2]].is_output:
+        raise IRError(f"{where}: buffer {arg[2]} is not an output")
+
+
 def _expected_dtype(program: LinearProgram, number: int, instr: Instr, src_types: list[DType]) -> DType | None:
     op, where = instr.op, f"%{number} {instr.op.name.lower()}"
+    if op is IROps.TILE:
+        _check_tile(program, where, instr, src_types)
+        return None
     if op is IROps.PREFETCH:
         if not 0 <= instr.arg < program.memory_count or src_types not in ([INT64], [INT64, BOOL]):
             raise IRError(f"{where}: buffer {instr.arg}, operands {[t.name for t in src_types]}")

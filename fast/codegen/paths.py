@@ -14,7 +14,8 @@ Names (each present when the kernel has the property):
 - `reduce-unrolled`: the innermost reduce axis is fully unrolled (no loop);
 - `multi-reduce`: several reduces in one kernel; `row-kernel`: the STOREs walk the reduced axes again;
 - `gemm` (codegen/gemm.py), with `gemm-row-edge` / `gemm-column-edge` when M / N is not a multiple
-  of the register tile and `gemm-no-edge` when both are, `gemm-pack-a`, `gemm-batched`, `gemm-fma`
+  of the register tile and `gemm-no-edge` when both are, `gemm-pack-a`, `gemm-batched`, `gemm-fma`,
+  `gemm-tiles` (on AMX tiles, codegen/gemm_tiles.py: no edges, A packed as pieces, never `gemm-fma`)
   (tiles may add with fused multiply-adds, decided per tile at run time);
 - `fma`: accumulations fused (codegen/fma.py; the engine's guard may still run the unfused kernel);
 - `const-params`: the kernel's constants are parameters (codegen/const_args.py);
@@ -24,9 +25,10 @@ Names (each present when the kernel has the property):
 """
 from __future__ import annotations
 
-from fast.codegen import gemm_checked
+from fast.codegen import gemm_checked, gemm_tiles
 from fast.codegen.analyze import KernelInfo
 from fast.codegen.gemm import choose_tiles, match, packs_a
+from fast.codegen.ir import TILE_ROWS
 from fast.codegen.opt import KernelPlan
 from fast.renderer.base import RendererOptions
 
@@ -62,6 +64,10 @@ def gemm_paths(info: KernelInfo, options: RendererOptions, fused: bool) -> tuple
     """The names of a GEMM-lowered kernel and its thread units (batches x blocks of rows: what
     threads share, gemm.py), from the same `match` and `choose_tiles` answers the lowering used."""
     shape = match(info, options)
+    if shape is not None and gemm_tiles.applies(shape, options):
+        batched = {"gemm-batched"} if shape.batch else set()
+        return {"gemm", "gemm-tiles", "gemm-no-edge", "gemm-pack-a", *batched}, \
+            shape.size(shape.batch) * (shape.size(shape.rows) // TILE_ROWS)
     tiles = choose_tiles(shape, options) if shape is not None else None
     if shape is None or tiles is None:
         return set(), 0

@@ -67,6 +67,9 @@ class RendererOptions:
     - `gemm`: matmul-shaped kernels may be lowered with packed panels in per-call scratch arrays
       and a register-tiled micro-kernel (codegen/gemm.py); the renderer declares
       `LinearProgram.scratch`. `cache_bytes`: the per-core (L2) cache a block of rows of A aims at.
+    - `matrix_tiles`: the host has x86 AMX tiles with bfloat16 products (AMX-TILE, AMX-BF16), the
+      process may use them, and the renderer writes `IROps.TILE`: float32 GEMMs may then run on
+      tiles (codegen/gemm_tiles.py).
     """
 
     vector_bytes: int = 0
@@ -84,6 +87,7 @@ class RendererOptions:
     min_max: bool = False
     gemm: bool = False
     cache_bytes: int = 1 << 20
+    matrix_tiles: bool = False
 
     @property
     def supports_vectors(self) -> bool:
@@ -98,7 +102,7 @@ class RendererOptions:
 
 def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int = 0,
                 fused_multiply_add: bool = False, prefetch: bool = False, min_max: bool = False,
-                gemm: bool = True, cache_bytes: int = 1 << 20) -> RendererOptions:
+                gemm: bool = True, cache_bytes: int = 1 << 20, matrix_tiles: bool = False) -> RendererOptions:
     """The options of a CPU renderer for a host whose SIMD registers have `vector_bytes` bytes
     (`stream_min_bytes`, `fused_multiply_add`, `prefetch`, `min_max`: see RendererOptions; all but
     `prefetch` only for hosts that have non-temporal vector stores, FMA and x86 min/max instructions).
@@ -112,7 +116,7 @@ def cpu_options(vector_bytes: int, threads: bool = True, stream_min_bytes: int =
                            stream_min_bytes=stream_min_bytes if vector_bytes else 0,
                            fused_multiply_add=fused_multiply_add, prefetch=prefetch,
                            min_max=min_max and vector_bytes > 0, gemm=gemm and vector_bytes > 0 and threads,
-                           cache_bytes=cache_bytes)
+                           cache_bytes=cache_bytes, matrix_tiles=matrix_tiles and gemm and vector_bytes >= 64)
 
 
 class Renderer(ABC):

@@ -52,6 +52,7 @@ from fast.renderer.c_helpers import (
     render_const,
     suffix,
 )
+from fast.renderer.c_tiles import TILE_TARGET, tile_prelude, tile_statement, uses_tiles
 from fast.renderer.c_vectors import VectorC
 
 __all__ = ["CTYPES", "HALVES", "CDialect", "C_DIALECT", "CRenderer", "check_renderable", "render_c", "render_const"]
@@ -267,6 +268,8 @@ class _Kernel:
             return self.store(instr, types[1], a)  # type: ignore[arg-type]
         if op is IROps.PREFETCH:
             return self.prefetch(instr, a)
+        if op is IROps.TILE:
+            return tile_statement(self.program, instr, a)
         if op is IROps.ASSIGN:
             return f"{a[0]} = {a[1]};"
         if op is IROps.DEFINE_ACC:
@@ -375,7 +378,10 @@ class _Kernel:
                            if re.fullmatch(r"[A-Za-z0-9_]+", n))
         fence = f"\n  {dialect.store_fence}" if self.streams else ""  # streamed values visible to every thread
         head = dialect.kernel_head.format(threads=self.threads)
-        return (dialect.prelude + "".join(self.helpers.values()) + comments
+        tiles = uses_tiles(self.program)
+        prelude = dialect.prelude + (tile_prelude() if tiles else "")
+        head = TILE_TARGET + head if tiles else head
+        return (prelude + "".join(self.helpers.values()) + comments
                 + f"{head}{self.program.name}({', '.join(params) or 'void'}) {{\n"
                 + "\n".join(self.lines) + fence + "\n}\n")
 

@@ -57,6 +57,7 @@ class AluEmitter:
         self.program, self.register_bytes = program, register_bytes
         self.streams = 0  # non-temporal stores emitted: the kernel then ends with a store fence
         self.prefetches = 0  # PREFETCH hints emitted: the module then declares llvm.prefetch
+        self.tiles = False  # TILE instructions emitted: the module then declares the AMX intrinsics
         self.names: dict[int, str] = {}
         self.helpers: dict[str, str] = {}
         self.allocas: list[str] = []

@@ -32,6 +32,7 @@ How docs/semantics.md is kept:
   `AluEmitter`; this module adds memory accesses, loops and the function around them.
 - loops: an innermost loop recomputing many loop-invariant values carries `llvm.loop.vectorize.enable
   false` (fast/renderer/llvm_loops.py: LLVM 22's loop vectorizer takes exponential time on them).
+- matrix tiles (`IROps.TILE`): the x86 AMX intrinsics, fast/renderer/llvm_tiles.py.
 - streamed outputs (codegen/streaming.py): a vector STORE of 16, 32 or 64 bytes (at most the
   register width) tests its address; aligned, it is a `!nontemporal` store with that alignment,
   else the plain `align 1` store. Such a kernel ends with `llvm.x86.sse.sfence`.
@@ -46,6 +47,7 @@ from fast.renderer.base import Renderer, RendererOptions, cpu_options
 from fast.renderer.llvm_alu import HALVES, AluEmitter, render_const
 from fast.renderer.llvm_helpers import VALUE_TYPES
 from fast.renderer.llvm_loops import unvectorized_loops
+from fast.renderer.llvm_tiles import tile_call, tile_module_text
 from fast.renderer.llvm_vectors import llvm_type, zero
 
 __all__ = ["HALVES", "LLVMIRRenderer", "render_const"]
@@ -181,6 +183,10 @@ class _Kernel(AluEmitter):
             self.store(number, instr, a)
         elif op is IROps.PREFETCH:
             self.prefetch(number, instr, a)
+        elif op is IROps.TILE:
+            pointer = self.address(instr.arg[2], a[0], 1)[1] if a else None
+            self.emit(tile_call(self.program, instr, pointer))
+            self.tiles = True
         elif op is IROps.LOAD:
             self.names[number] = self.load(number, instr, a)
         elif op is IROps.INDEX:
@@ -211,6 +217,8 @@ class _Kernel(AluEmitter):
         streaming = "declare void @llvm.x86.sse.sfence()\n!0 = !{i32 1}\n" if self.streams else ""
         if self.prefetches:
             streaming += "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)\n"
+        if self.tiles:
+            streaming += tile_module_text()
         if self.scalar_loops:
             streaming += "!1 = !{!\"llvm.loop.vectorize.enable\", i1 false}\n"
             streaming += "".join(f"!{2 + k} = distinct !{{!{2 + k}, !1}}\n" for k in range(len(self.scalar_loops)))

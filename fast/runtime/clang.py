@@ -45,6 +45,7 @@ kept alive for the life of the process. Large kernels run on several threads (fa
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
@@ -56,7 +57,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from fast import config
+from fast.renderer.base import RendererOptions
 from fast.renderer.c import CRenderer
+from fast.renderer.c_tiles import TILE_TARGET, tile_prelude
 from fast.runtime import cpu
 from fast.runtime.base import Compiled, Compiler, atomic_write
 from fast.runtime.host import HostAllocator, HostMemory
@@ -186,8 +189,37 @@ class ClangProgram:
         return time.perf_counter() - start
 
 
+#: A kernel with tiles as the C renderer writes them (renderer/c_tiles.py), for `compiles_tiles`.
+_TILE_PROBE = "#include <stdint.h>\n" + tile_prelude() + (
+    TILE_TARGET + "void probe(float* restrict out, uint16_t* restrict a) {\n"
+    "  _tile_loadconfig(fast_tile_config);\n  _tile_zero(0);\n  _tile_loadd(1, a, 64);\n"
+    "  _tile_loadd(2, a, 64);\n  _tile_dpbf16ps(0, 1, 2);\n  _tile_stored(0, out, 64);\n  _tile_release();\n}\n")
+
+
+@functools.lru_cache(maxsize=1)
+def compiles_tiles() -> bool:
+    """Whether the C compiler builds a kernel with AMX tiles (GCC 11 and clang 12 on): asked once per
+    process, only on hosts that have the tiles (`cpu.matrix_tiles`)."""
+    try:
+        path = compiler_path()
+        with tempfile.TemporaryDirectory(prefix="fast-cc-") as directory:
+            source = os.path.join(directory, "probe.c")
+            with open(source, "w") as handle:
+                handle.write(_TILE_PROBE)
+            command = [path, *compile_flags(path), "-o", os.path.join(directory, "probe.so"), source]
+            return subprocess.run(command, capture_output=True, check=False).returncode == 0
+    except (OSError, RuntimeError):
+        return False
+
+
+def renderer_options() -> RendererOptions:
+    """The host's CPU renderer options, with matrix tiles only where the C compiler builds them."""
+    options = cpu.renderer_options()
+    return dataclasses.replace(options, matrix_tiles=options.matrix_tiles and compiles_tiles())
+
+
 _ALLOCATOR = HostAllocator()
-_RENDERER = CRenderer(cpu.renderer_options())
+_RENDERER = CRenderer(renderer_options())
 _COMPILER = ClangCompiler()
 
 

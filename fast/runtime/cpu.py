@@ -8,6 +8,7 @@ library built for AVX-512 is never loaded on a machine without it.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import platform
@@ -120,13 +121,36 @@ def ensure_kernel_stacks() -> None:
         threading.stack_size(KERNEL_STACK_BYTES)
 
 
+#: Linux x86-64: the arch_prctl system call and its request for permission to use a state component
+#: (XFEATURE_XTILEDATA, 18: the tiles' data), which a process needs before its first tile instruction.
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
+
+
+@functools.lru_cache(maxsize=1)
+def matrix_tiles() -> bool:
+    """Whether kernels may use AMX tiles with bfloat16 products: an x86-64 Linux host whose CPU reports
+    `amx_tile` and `amx_bf16`, with AVX-512 kernels, MATRIX_TILES not 0 and not NOOPT=1, and the
+    kernel granting this process the tiles' state (asked once, here; refused on kernels before 5.16)."""
+    settings = config.get()
+    if settings.noopt or not settings.matrix_tiles or not _is_x86() or platform.system() != "Linux":
+        return False
+    if not {"amx_tile", "amx_bf16"} <= features() or vector_bytes() < 64:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def renderer_options() -> RendererOptions:
     """The options of the CPU renderers (CLANG, LLVM) for this host: its vector width, streaming
-    stores and FMA as detected above; row kernels prefetch their next row and x86 hosts render
-    compare-and-select clamps with min/max instructions, unless NOOPT=1."""
+    stores, FMA and matrix tiles as detected above; row kernels prefetch their next row and x86 hosts
+    render compare-and-select clamps with min/max instructions, unless NOOPT=1."""
     optimized = not config.get().noopt
     return cpu_options(vector_bytes(), stream_min_bytes=stream_min_bytes(), fused_multiply_add=fused_multiply_add(),
-                       prefetch=optimized, min_max=optimized and _is_x86(), cache_bytes=core_cache_bytes())
+                       prefetch=optimized, min_max=optimized and _is_x86(), cache_bytes=core_cache_bytes(),
+                       matrix_tiles=matrix_tiles())
 
 
 def available_cores() -> int:

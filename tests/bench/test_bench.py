@@ -190,6 +190,23 @@ def test_fma_spread_orders_its_percentiles() -> None:
     assert spread["median_gflops"] >= spread["p25_gflops"] >= spread["p10_gflops"] > 0
 
 
+def test_the_tile_probe_reports_or_says_why_not() -> None:
+    """Without AMX flags the probe says so; with them (this host) bfloat16 rates, the float32 rate a
+    sixth of them, and one line for the machine section."""
+    from bench.machine import cpu_flags
+    from bench.tile_peak import PRODUCTS_PER_FLOAT32, measure_tile_peak, tile_line
+    missing = measure_tile_peak({"avx512f"})
+    assert "error" in missing and "AMX" in (tile_line(missing) or "")
+    if not {"amx_tile", "amx_bf16"} <= cpu_flags():
+        pytest.skip("no AMX tiles on this host: the measuring half needs them")
+    tiles = measure_tile_peak(cpu_flags(), seconds=0.005, repeats=2)
+    if "error" in tiles:
+        pytest.skip(f"AMX listed but not usable here: {tiles['error']}")
+    assert tiles["bf16_gflops"] > 0 and tiles["single_thread_bf16_gflops"] > 0
+    assert tiles["float32_gflops"] == pytest.approx(tiles["bf16_gflops"] / PRODUCTS_PER_FLOAT32, abs=0.1)
+    assert "float32 GFLOP/s at most" in (tile_line(tiles) or "")
+
+
 def test_groups_select_their_members_and_the_matmul_shapes_are_right() -> None:
     """`--only matmul` and `--only minilm` name sets; each matmul workload's peer function and fast
     graph agree on a small input, a @ b.T reads b stored (N, K) and a.T @ b a stored (K, M), and the

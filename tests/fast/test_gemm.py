@@ -19,7 +19,7 @@ from fast.codegen.lower import lower
 from fast.runtime import cpu
 
 DEVICES = ["CLANG", "LLVM"]
-OPTIONS = cpu.renderer_options()
+OPTIONS = dataclasses.replace(cpu.renderer_options(), matrix_tiles=False)  # the FMA micro-kernel's lowering
 TILES_KNOWN = OPTIONS.gemm and OPTIONS.lanes(fast.dtypes.float32) >= 4
 
 

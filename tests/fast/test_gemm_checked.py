@@ -7,6 +7,8 @@ specified sum), NaN and infinite weights, the exact edge of the bound, float64, 
 depend on the thread count."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from fast.codegen.lower import lower
 from fast.runtime import cpu
 
 DEVICES = ["CLANG", "LLVM"]
-OPTIONS = cpu.renderer_options()
+OPTIONS = dataclasses.replace(cpu.renderer_options(), matrix_tiles=False)  # the FMA micro-kernel's lowering
 TILES_KNOWN = OPTIONS.gemm and OPTIONS.lanes(fast.dtypes.float32) >= 4 and OPTIONS.fused_multiply_add
 needs_tiles = pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no fused GEMM tiles")
 

@@ -8,6 +8,7 @@ is per tile and chunk, and the values stay within tolerance of float64 with the 
 product overflows. Kernels whose output cannot hold the sums keep K whole."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -20,7 +21,7 @@ from fast.codegen.analyze import analyze
 from fast.runtime import cpu
 
 DEVICES = ["CLANG", "LLVM"]
-OPTIONS = cpu.renderer_options()
+OPTIONS = dataclasses.replace(cpu.renderer_options(), matrix_tiles=False)  # the FMA micro-kernel's lowering
 LANES = OPTIONS.lanes(fast.dtypes.float32)
 needs_tiles = pytest.mark.skipif(not (OPTIONS.gemm and LANES >= 4),
                                  reason="this host's renderer has no vectors for GEMM tiles")

@@ -5,6 +5,8 @@ for a linear on a few tokens), with epilogues, against float64 products; the mic
 accumulator narrower than a vector; nothing past N is written (poisoned outputs around a view)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from fast.codegen.lower import lower
 from fast.runtime import cpu
 
 DEVICES = ["CLANG", "LLVM"]
-OPTIONS = cpu.renderer_options()
+OPTIONS = dataclasses.replace(cpu.renderer_options(), matrix_tiles=False)  # the FMA micro-kernel's lowering
 LANES = OPTIONS.lanes(fast.dtypes.float32)
 TILES_KNOWN = OPTIONS.gemm and LANES >= 4
 needs_tiles = pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")

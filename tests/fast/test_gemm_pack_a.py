@@ -7,6 +7,7 @@ poisoned memory, with K tails, edge blocks, rows left over past the last square,
 padded views, a batch and float64."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ from fast.codegen.lower import lower
 from fast.runtime import cpu
 
 DEVICES = ["CLANG", "LLVM"]
-OPTIONS = cpu.renderer_options()
+OPTIONS = dataclasses.replace(cpu.renderer_options(), matrix_tiles=False)  # the FMA micro-kernel's lowering
 LANES = OPTIONS.lanes(fast.dtypes.float32)
 needs_tiles = pytest.mark.skipif(not (OPTIONS.gemm and LANES >= 4 and LANES & (LANES - 1) == 0),
                                  reason="this host's renderer has no power-of-two vectors for GEMM tiles")

@@ -380,7 +380,8 @@ def test_vector_accumulator_reductions(op, dtype, init):
 def test_llvm_device_renders_with_the_host_cpu_options():
     want = cpu_options(cpu.vector_bytes(), stream_min_bytes=cpu.stream_min_bytes(),
                        fused_multiply_add=cpu.fused_multiply_add(), prefetch=True,
-                       min_max=platform.machine().lower() in ("x86_64", "amd64"), cache_bytes=cpu.core_cache_bytes())
+                       min_max=platform.machine().lower() in ("x86_64", "amd64"), cache_bytes=cpu.core_cache_bytes(),
+                       matrix_tiles=cpu.matrix_tiles())
     assert llvm.create("LLVM").renderer.options == want == cpu.renderer_options()
     assert llvm.create("LLVM").renderer.options.supports_threads
     plain = LLVMIRRenderer().options
