@@ -60,7 +60,7 @@ def thread_remainder_dropped(fast: ModuleType) -> Undo:
     lanes, gemm_loops = _module(fast, "codegen.lower_lanes"), _module(fast, "codegen.gemm_loops")
     ir = _module(fast, "codegen.ir")
     original_bounds = lanes.LaneLowering._loop_bounds
-    original_share = gemm_loops._Emitter.share
+    original_share = gemm_loops.GemmEmitter.share
 
     def floor_share(b: Any, total: int, thread_vars: tuple[int, int], one: int) -> tuple[int, int]:
         core, cores = thread_vars
@@ -81,12 +81,12 @@ def thread_remainder_dropped(fast: ModuleType) -> Undo:
             return start, end
         return floor_share(self.b, self.const(units), self.ctx.thread_vars, self.const(1))
     return _fresh_kernels(fast, set_attribute(lanes.LaneLowering, "_loop_bounds", loop_bounds),
-                          set_attribute(gemm_loops._Emitter, "share", share))
+                          set_attribute(gemm_loops.GemmEmitter, "share", share))
 
 
 def gemm_column_edge_dropped(fast: ModuleType) -> Undo:
     """GEMM computes only the full micro-panels: the last `N % NR` columns are never stored."""
-    emitter = _module(fast, "codegen.gemm_loops")._Emitter
+    emitter = _module(fast, "codegen.gemm_loops").GemmEmitter
     original = emitter.__init__
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -98,7 +98,7 @@ def gemm_column_edge_dropped(fast: ModuleType) -> Undo:
 
 def gemm_row_edge_dropped(fast: ModuleType) -> Undo:
     """GEMM counts blocks of rows as `M // MR`: the last `M % MR` rows of each batch are never computed."""
-    emitter = _module(fast, "codegen.gemm_loops")._Emitter
+    emitter = _module(fast, "codegen.gemm_loops").GemmEmitter
     original = emitter.__init__
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -174,7 +174,7 @@ def guard_one_bound(fast: ModuleType) -> Undo:
     def restore() -> None:
         guard._CHECKED.clear()
         guard._CHECKED.update(saved)
-    return _fresh_kernels(fast, set_attribute(gemm_loops._Emitter, "bounded", bounded),
+    return _fresh_kernels(fast, set_attribute(gemm_loops.GemmEmitter, "bounded", bounded),
                           set_attribute(checked, "and_square_bounded", square_upper_only),
                           set_attribute(guard, "_bounded", upper_only), restore)
 

@@ -95,7 +95,7 @@ def packs_a(shape: GemmShape, tiles: GemmTiles) -> bool:
 
 #: Epilogues of at most this many AST nodes (a bias add, a scale and a bias, a bias and a residual)
 #: that store whole vectors are unrolled over the tile's rows; others run as a loop over the rows
-#: (`_Emitter.looped_epilogue`). Attention's `q @ k.T * scale + mask` (K = 32: the epilogue is a
+#: (`GemmEmitter.looped_epilogue`). Attention's `q @ k.T * scale + mask` (K = 32: the epilogue is a
 #: large part of the work) ran about 5% slower looped on CLANG.
 UNROLLED_EPILOGUE_MAX = 4
 

@@ -45,7 +45,7 @@ from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import Node, NumNode, Variable
 
 
-class _Emitter:
+class GemmEmitter:
     """Writes the loops of gemm.py's docstring into the context's builder."""
 
     def __init__(self, ctx: LoweringContext, shape: GemmShape, tiles: GemmTiles, fused: bool) -> None:
@@ -421,7 +421,7 @@ def plan(info: KernelInfo, options: RendererOptions) -> Callable[[Any], tuple[tu
     chunks = 0 if shape.batch else 1
 
     def lower_into(ctx: Any) -> tuple[tuple[BufferInfo, ...], int]:
-        emitter = _Emitter(ctx, shape, tiles, fused)
+        emitter = GemmEmitter(ctx, shape, tiles, fused)
         emitter.run()
         return tuple(emitter.arrays), chunks
     return lower_into

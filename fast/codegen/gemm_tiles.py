@@ -17,7 +17,10 @@ micro-kernel:
   loads A's three pieces (tiles 2-4) and, per 16 columns, B's three pieces (tiles 5-7), and adds
   the six products hh, mh, lh, hm, mm, hl (in that order) into the accumulator (`TileOps.DOT`);
 - the tile's sums go to the tile scratch, and the epilogue (bias, activation, residual) runs from
-  there row by row, as the FMA path's looped epilogue does.
+  there row by row, as the FMA path's looped epilogue does;
+- a K of `CHUNK_MIN_K` or more runs in chunks of KC steps where the output may hold the sums
+  between chunks (`chunk_steps`), as gemm.py's FMA chunks do: the pieces are packed per chunk, and a
+  tile's sums go through the tile scratch to and from the output.
 
 Values (docs/semantics.md, "matmul on AMX tiles"): each product a*b is the six partial products
 of the pieces, each exact in float32; the pieces' products left out (ml, lm, ll) are below 2^-23 of
@@ -41,12 +44,12 @@ from typing import Any
 from fast import config
 from fast.codegen import gemm_loops
 from fast.codegen.analyze import KernelInfo, node_dtype
-from fast.codegen.gemm import SHARED_BLOCKS, GemmShape, GemmTiles, match
-from fast.codegen.gemm_loops import _Emitter
+from fast.codegen.gemm import SHARED_BLOCKS, GemmShape, GemmTiles, match, transposes_a
+from fast.codegen.gemm_loops import GemmEmitter
 from fast.codegen.gemm_pack import transpose, transposes
 from fast.codegen.ir import INT64, TILE_ROWS, BufferInfo, IndexOps, LoopKind, TileOps
 from fast.dtype import dtypes
-from fast.ops import BinaryOps, UnaryOps
+from fast.ops import BinaryOps, BufferOps, LazyOp, UnaryOps
 from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import Node, NumNode, Variable
 
@@ -60,6 +63,9 @@ COLUMNS = 2 * HALF
 #: all of N packs A once. MiniLM's 1536 -> 384 (3.4 MiB of pieces), in two blocks of columns, packs
 #: A's 4096 x 1536 twice: 33-36 ms against 14-17 in one block (two threads, a loaded host, best of 30).
 SCRATCH_BYTES = 4 << 20
+#: K steps per chunk, the first that divides K (`chunk_steps`), and the shortest K cut into chunks.
+CHUNK_STEPS = (512, 384, 256)
+CHUNK_MIN_K = 1024
 #: Tile numbers: accumulators, A's pieces, B's pieces.
 ACCUMULATORS, A_TILES, B_TILES = (0, 1), (2, 3, 4), (5, 6, 7)
 #: (A piece, B piece) of the six products, in the order they are added (module docstring).
@@ -83,21 +89,34 @@ def panel_bytes(k: int) -> int:
     return COLUMNS * PIECES * k * 2
 
 
+def chunk_steps(shape: GemmShape) -> int:
+    """KC, or 0 for K whole: a K of `CHUNK_MIN_K` or more runs in chunks of `CHUNK_STEPS` (the first
+    that divides K), the sums waiting in the output between chunks (gemm.py `chunk_steps`; only where
+    the output may hold them, `GemmShape.in_output`). A chunk's pieces of A and B stay in the core's
+    cache, and the column blocks of a wide N hold more columns, so A is packed fewer times."""
+    k = shape.sizes[shape.reduce]
+    if not shape.in_output or k < CHUNK_MIN_K:
+        return 0
+    return next((steps for steps in CHUNK_STEPS if k % steps == 0), 0)
+
+
 def choose_tiles(shape: GemmShape, options: RendererOptions) -> GemmTiles:
-    """16 x 32 tiles; groups of rows whose packed pieces fill about half the core's cache; column
-    blocks within `SCRATCH_BYTES` (at least `SHARED_BLOCKS` when the rows fit one group, N > M and
-    nothing is batched, so that threads share B's columns), as gemm.py does for the FMA tiles."""
-    k, m, n = shape.sizes[shape.reduce], shape.size(shape.rows), shape.sizes[shape.column]
+    """16 x 32 tiles; KC (`chunk_steps`); groups of rows whose packed pieces fill about half the
+    core's cache; column blocks within `SCRATCH_BYTES` (at least `SHARED_BLOCKS` when the rows fit one
+    group, N > M and nothing is batched, so that threads share B's columns), as gemm.py does for the
+    FMA tiles."""
+    chunk = chunk_steps(shape)
+    k, m, n = chunk or shape.sizes[shape.reduce], shape.size(shape.rows), shape.sizes[shape.column]
     row_bytes = PIECES * k * 2
     total_panels = n // COLUMNS
     blocks = -(-(total_panels * panel_bytes(k)) // SCRATCH_BYTES)
     group = max(1, (options.cache_bytes // 2) // (row_bytes * TILE_ROWS))
     if not shape.batch and m <= group * TILE_ROWS and n > m:
         blocks = max(blocks, min(SHARED_BLOCKS, total_panels))
-    return GemmTiles(TILE_ROWS, 2, HALF, group * TILE_ROWS, -(-total_panels // blocks))
+    return GemmTiles(TILE_ROWS, 2, HALF, group * TILE_ROWS, -(-total_panels // blocks), chunk)
 
 
-class TileEmitter(_Emitter):
+class TileEmitter(GemmEmitter):
     """gemm_loops.py's loops with the packing and the micro-kernel of the module docstring."""
 
     def __init__(self, ctx: Any, shape: GemmShape, tiles: GemmTiles) -> None:  # noqa: PLW0231 - own scratch
@@ -109,8 +128,9 @@ class TileEmitter(_Emitter):
         self.full_panels = self.all_panels = self.n // COLUMNS
         self.pack_a, self.checks_in_tile, self.prefetch = True, False, False
         self.arrays = []
-        self.kc, self.k0, self.chunk, self.partial = self.k, NumNode(0), None, None
-        self.pairs = self.k // 2  # 32-bit words of one piece of one row (or of 16 columns' VNNI row)
+        self.kc, self.k0, self.chunk = tiles.chunk or self.k, NumNode(0), None
+        self.partial = LazyOp(BufferOps.LOAD, (), ctx.info.stores[0].arg) if tiles.chunk else None
+        self.pairs = self.kc // 2  # 32-bit words of one piece of one row (or of 16 columns' VNNI row)
         self.packed_b = self.scratch(U32, tiles.panels * 2 * PIECES * self.pairs * HALF)
         self.a_stride = piece_row_stride(self.pairs)
         self.packed_a = self.scratch(U32, self.a_stride * tiles.group_rows)
@@ -158,15 +178,15 @@ class TileEmitter(_Emitter):
         for half in range(2):
             column = panel * COLUMNS + half * HALF
             if transposes(self.shape, self.tiles):
-                square = self.loop("packsq", self.const(0), self.const(self.k // HALF), self.k // HALF - 1)
-                steps = transpose(self.b, [self.b_vector(column + within, square * HALF, along_n=False)
+                square = self.loop("packsq", self.const(0), self.const(self.kc // HALF), self.kc // HALF - 1)
+                steps = transpose(self.b, [self.b_vector(column + within, self.k0 + square * HALF, along_n=False)
                                            for within in range(HALF)])
                 for pair in range(HALF // 2):
                     even, odd = steps[2 * pair], steps[2 * pair + 1]
                     self.store_b_pair(panel, half, square * (HALF // 2) + pair, even, odd, ok)
             else:
                 pair_var = self.loop("packk", self.const(0), self.const(self.pairs), self.pairs - 1)
-                even, odd = (self.b_vector(column, pair_var * 2 + parity, along_n=True) for parity in (0, 1))
+                even, odd = (self.b_vector(column, self.k0 + pair_var * 2 + parity, along_n=True) for parity in (0, 1))
                 self.store_b_pair(panel, half, pair_var, even, odd, ok)
             self.b.end_loop()
         self.b.store(self.panel_ok.idx, self.render(self.local_panel(panel)), self.all_lanes(ok))  # type: ignore[union-attr]
@@ -192,33 +212,57 @@ class TileEmitter(_Emitter):
 
     # -- packed A
     def pack_rows(self, start: int, end: int, rows: int) -> None:
-        """Blocks [start, end) of 16 rows: each row's pieces as pairs of steps, with the block's flag."""
-        evens, odds = tuple(range(0, 2 * HALF, 2)), tuple(range(1, 2 * HALF, 2))
+        """Blocks [start, end) of 16 rows: each row's pieces as pairs of steps, with the block's flag.
+        Per 32 steps, a row's two vectors along K: loaded along K, or, for an A stored along M
+        (`transposes_a`, `a.T @ b`), 16 vectors along M turned by `transpose` (a gather along K
+        reads 16 cache lines per vector)."""
         block = self.loop("fa", start, end, self.blocks - 1)
         ok = self.b.define_acc(True, dtypes.bool.vec(HALF))
-        row = self.loop("far", self.const(0), self.const(rows), rows - 1)
-        step = self.loop("fak", self.const(0), self.const(self.k // STEP), self.k // STEP - 1)
-        vectors = [self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, step * STEP + half * HALF + lane)
-                                                     for lane in range(HALF)]) for half in range(2)]
-        for vector in vectors:
-            self.and_bounded(ok, vector)
-        first, second = (self.pieces(vector) for vector in vectors)
         origin = self.b.index(IndexOps.MUL, self.block_slot(block), self.const(TILE_ROWS * self.a_stride))
-        for piece in range(PIECES):
-            low, high = (self.b.shuffle(first[piece], second[piece], lanes) for lanes in (evens, odds))
-            at = self.b.index(IndexOps.ADD, origin, self.render(row * self.a_stride + piece * self.pairs + step * HALF))
-            self.b.store(self.packed_a.idx, at, self.pair(low, high))  # type: ignore[union-attr]
-        self.b.end_loop()
+        if transposes_a(self.shape, HALF):
+            step = self.loop("fak", self.const(0), self.const(self.kc // STEP), self.kc // STEP - 1)
+            at_step = self.k0 + step * STEP
+            column = [NumNode(row) for row in range(rows)]
+            halves = [transpose(self.b, [self.a_vector(block, [(row, at_step + half * HALF + lane) for row in column])
+                                         for lane in range(HALF)]) for half in range(2)]
+            for row in range(rows):
+                self.store_a_row(origin, NumNode(row), step, halves[0][row], halves[1][row], ok)
+        else:
+            row_var = self.loop("far", self.const(0), self.const(rows), rows - 1)
+            step = self.loop("fak", self.const(0), self.const(self.kc // STEP), self.kc // STEP - 1)
+            at_step = self.k0 + step * STEP
+            first, second = (self.a_vector(block, [(row_var, at_step + half * HALF + lane) for lane in range(HALF)])
+                             for half in range(2))
+            self.store_a_row(origin, row_var, step, first, second, ok)
+            self.b.end_loop()
         self.b.end_loop()
         self.b.store(self.rows_ok.idx, self.block_slot(block), self.all_lanes(ok))  # type: ignore[union-attr]
         self.b.end_loop()
+
+    def a_vector(self, block: Variable, places: list[tuple[Node, Node]]) -> int:
+        """The vector of A's values at (row of `block`, step) for each place (along K or along M)."""
+        return self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, step) for row, step in places])
+
+    def store_a_row(self, origin: int, row: Node, step: Node, first: int, second: int, ok: int) -> None:
+        """One row's 32 steps (two vectors along K) as three pieces of 16 pairs into packed A."""
+        evens, odds = tuple(range(0, 2 * HALF, 2)), tuple(range(1, 2 * HALF, 2))
+        self.and_bounded(ok, first)
+        self.and_bounded(ok, second)
+        low_pieces, high_pieces = self.pieces(first), self.pieces(second)
+        for piece in range(PIECES):
+            low, high = (self.b.shuffle(low_pieces[piece], high_pieces[piece], lanes) for lanes in (evens, odds))
+            at = self.b.index(IndexOps.ADD, origin, self.render(row * self.a_stride + piece * self.pairs + step * HALF))
+            self.b.store(self.packed_a.idx, at, self.pair(low, high))  # type: ignore[union-attr]
 
     # -- the micro-kernel
     def micro_kernel(self, panel: Variable, block: Variable, rows: int, columns: list[tuple[int, int]],
                      stored: list[tuple[int, int]]) -> None:
         """The tile's sums on the tiles (both flags hold) or by the unfused loop, into the tile scratch;
-        then its epilogue."""
+        then its epilogue. In chunks of K the sums start from what the chunks before left in the
+        output (zero at the first), and go back there before the last chunk (exactly: float32)."""
         b = self.b
+        if self.partial is not None:
+            self.sums_from_output(panel, block, rows, stored)
         flags = (b.load(self.panel_ok.idx, dtypes.bool, self.render(self.local_panel(panel))),  # type: ignore[union-attr]
                  b.load(self.rows_ok.idx, dtypes.bool, self.block_slot(block)))  # type: ignore[union-attr]
         on_tiles = b.alu(UnaryOps.CAST, (b.alu(BinaryOps.MUL, flags),), INT64)
@@ -228,15 +272,55 @@ class TileEmitter(_Emitter):
         b.loop(on_tiles, self.const(1), LoopKind.REDUCE)
         self.unfused_products(panel, block, rows, stored)
         b.end_loop()
+        if self.partial is None:
+            self.epilogue_from_tile(panel, block, rows, stored)
+            return
+        last = self.chunk_past(self.k // self.kc - 2)
+        b.loop(last, self.const(1), LoopKind.REDUCE)  # once before the last chunk, else not at all
+        self.tile_rows(panel, block, rows, stored, to_output=True)
+        b.end_loop()
+        b.loop(self.const(0), last, LoopKind.REDUCE)  # once at the last chunk
         self.epilogue_from_tile(panel, block, rows, stored)
+        b.end_loop()
+
+    def sums_from_output(self, panel: Variable, block: Variable, rows: int, stored: list[tuple[int, int]]) -> None:
+        """The tile scratch := the sums the output holds (after the first chunk) or zeros (at it)."""
+        b, later = self.b, self.chunk_past(0)
+        b.loop(self.const(0), later, LoopKind.REDUCE)
+        self.tile_rows(panel, block, rows, stored, to_output=False)
+        b.end_loop()
+        b.loop(later, self.const(1), LoopKind.REDUCE)
+        for row in range(rows):
+            for offset, width in stored:
+                b.store(self.tile.idx, self.const(row * COLUMNS + offset), b.const(0.0, self.vector(width)))  # type: ignore[union-attr]
+        b.end_loop()
+
+    def tile_rows(self, panel: Variable, block: Variable, rows: int, stored: list[tuple[int, int]],
+                  to_output: bool) -> None:
+        """Copy the tile's sums between the tile scratch and the output (the kernel's one STORE), in a
+        loop over the rows."""
+        assert self.partial is not None and self.tile is not None  # noqa: S101 - chunked kernels only
+        row = self.loop("tr", self.const(0), self.const(rows), rows - 1)
+        env = self.rows_env(block, row)
+        for offset, width in stored:
+            at = self.render(row * COLUMNS + offset)
+            group = [{**env, self.shape.column: panel * COLUMNS + offset + lane} for lane in range(width)]
+            if to_output:
+                self.ctx.store_value(self.ctx.info.stores[0], group, self.b.load(self.tile.idx, self.vector(width), at))
+            else:
+                self.b.store(self.tile.idx, at, self.ctx.load_leaf(self.partial, group))
+        self.b.end_loop()
 
     def tile_products(self, panel: Variable, block: Variable) -> None:
         """The six products of every 32 steps (module docstring) into two accumulator tiles, stored
         to the tile scratch."""
         b = self.b
-        for accumulator in ACCUMULATORS:
-            b.tile(TileOps.ZERO, accumulator)
-        step = self.loop("tk", self.const(0), self.const(self.k // STEP), self.k // STEP - 1, LoopKind.REDUCE)
+        for half, accumulator in enumerate(ACCUMULATORS):
+            if self.partial is None:
+                b.tile(TileOps.ZERO, accumulator)
+            else:  # the sums so far (sums_from_output)
+                b.tile(TileOps.LOAD, accumulator, self.tile.idx, COLUMNS, index=self.const(half * HALF))  # type: ignore[union-attr]
+        step = self.loop("tk", self.const(0), self.const(self.kc // STEP), self.kc // STEP - 1, LoopKind.REDUCE)
         origin = b.index(IndexOps.MUL, self.block_slot(block), self.const(TILE_ROWS * self.a_stride))
         for piece, tile in enumerate(A_TILES):
             at = b.index(IndexOps.ADD, origin, self.render(piece * self.pairs + step * HALF))
@@ -257,12 +341,17 @@ class TileEmitter(_Emitter):
         """The tile's sums from A and B as stored, `acc + round(a*b)` in increasing k, into the tile scratch."""
         b = self.b
         accs = [[b.define_acc(0.0, self.vector(width)) for _, width in stored] for _ in range(rows)]
-        step = self.loop("uk", self.const(0), self.const(self.k), self.k - 1, LoopKind.REDUCE)
+        if self.partial is not None:  # the sums so far (sums_from_output)
+            for row, row_accs in enumerate(accs):
+                for acc, (offset, width) in zip(row_accs, stored, strict=True):
+                    b.assign(acc, b.load(self.tile.idx, self.vector(width), self.const(row * COLUMNS + offset)))  # type: ignore[union-attr]
+        step = self.loop("uk", self.const(0), self.const(self.kc), self.kc - 1, LoopKind.REDUCE)
+        k = self.k0 + step
         columns = [self.ctx.load_leaf(self.shape.b, [{**self.env, self.shape.column: panel * COLUMNS + offset + lane,
-                                                      self.shape.reduce: step} for lane in range(width)])
+                                                      self.shape.reduce: k} for lane in range(width)])
                    for offset, width in stored]
         for row, row_accs in enumerate(accs):
-            scalar = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, step)])
+            scalar = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, k)])
             for acc, value, (_, width) in zip(row_accs, columns, stored, strict=True):
                 product = b.alu(BinaryOps.MUL, (b.broadcast(scalar, width), value))
                 b.assign(acc, b.alu(BinaryOps.ADD, (acc, product)))

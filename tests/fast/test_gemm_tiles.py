@@ -126,7 +126,7 @@ def within_bound(got: np.ndarray, a: np.ndarray, b: np.ndarray, want: np.ndarray
 @NEEDS_TILES
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(LAYOUTS))
-@pytest.mark.parametrize("m,k,n", [(32, 32, 32), (48, 64, 96), (128, 384, 64), (64, 1536, 32)])
+@pytest.mark.parametrize("m,k,n", [(32, 32, 32), (48, 64, 96), (128, 384, 64), (64, 1536, 32), (32, 1024, 64)])
 def test_values_within_the_bound(own_caches: Path, device: str, name: str, m: int, k: int, n: int) -> None:
     a, b = inputs(m, k, n, m + k + n)
     out, want = LAYOUTS[name](a, b, device)
@@ -179,6 +179,51 @@ def test_infinities_nan_and_huge_values_give_the_unfused_results(own_caches: Pat
     want = finite_a.astype(np.float64) @ finite_b.astype(np.float64)  # the bad values reach no clean output
     scale = np.abs(finite_a.astype(np.float64)) @ np.abs(finite_b.astype(np.float64))
     assert np.max(np.abs(got - want)[clean] / scale[clean]) <= 8 * U
+
+
+@NEEDS_TILES
+@pytest.mark.parametrize("device", DEVICES)
+def test_chunks_of_k_keep_the_unchunked_bits(tmp_path: Path, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K of 1024 runs in two chunks of 512 (gemm_tiles.py `chunk_steps`), the sums waiting in the
+    output between them: the same bits as K whole (chunks turned off, in kernel caches of their own)."""
+    from fast.codegen import gemm_tiles
+
+    m, k, n = 64, 1024, 64
+    a, b = inputs(m, k, n, 13)
+    results = []
+    for least in (gemm_tiles.CHUNK_MIN_K, 1 << 30):
+        monkeypatch.setattr(gemm_tiles, "CHUNK_MIN_K", least)
+        realize = importlib.import_module("fast.engine.realize")
+        realize.PROGRAMS.clear()
+        realize.AST_KERNELS.clear()
+        importlib.import_module("fast.engine.replay").TEMPLATES.clear()
+        with config.override(cache_dir=str(tmp_path / str(least))):
+            got, paths = realized(LAYOUTS["a@b.T"](a, b, device)[0])
+        assert "gemm-tiles" in paths
+        results.append(got.view(np.uint32))
+    np.testing.assert_array_equal(results[0], results[1])
+    within_bound(results[0].view(np.float32), a, b, a.astype(np.float64) @ b.astype(np.float64))
+
+
+@NEEDS_TILES
+@pytest.mark.parametrize("device", DEVICES)
+def test_chunks_with_an_infinity_in_one(own_caches: Path, device: str) -> None:
+    """An infinity in the second chunk of K: that chunk of its tiles runs unfused, the first on the
+    tiles; infinities and NaN where float32 gives them, the rest within the bound."""
+    m, k, n = 32, 1024, 64
+    a, b = inputs(m, k, n, 17)
+    a[5, 700], b[600, 40] = np.inf, -np.inf
+    got, paths = realized(LAYOUTS["a@b"](a, b, device)[0])
+    assert "gemm-tiles" in paths
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    finite = np.isfinite(want)
+    finite_a, finite_b = np.nan_to_num(a.astype(np.float64), posinf=0), np.nan_to_num(b.astype(np.float64), neginf=0)
+    scale = np.abs(finite_a) @ np.abs(finite_b)
+    assert np.max(np.abs(got[finite] - want[finite]) / scale[finite]) <= 8 * U
 
 
 @NEEDS_TILES
