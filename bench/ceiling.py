@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
 import tempfile
 from typing import Any
 
 import numpy as np
 
+from bench.probe_build import build_probe
 from bench.timing import Budget, repeat
 
 _SOURCE = r"""
@@ -71,17 +71,7 @@ double ceiling_sum(const float *data, int64_t count, int threads) {
 
 def _compile(directory: str) -> ctypes.CDLL:
     """The reduction as a loaded shared library (RuntimeError naming the compiler's message)."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
-    source, library = os.path.join(directory, "ceiling.c"), os.path.join(directory, "ceiling.so")
-    with open(source, "w", encoding="utf-8") as handle:
-        handle.write(_SOURCE)
-    command = [compiler, "-O2", "-march=native", "-shared", "-fPIC", "-pthread", source, "-o", library]
-    result = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed: {result.stderr.strip()[:400]}")
-    loaded = ctypes.CDLL(library)
+    loaded = build_probe(directory, "ceiling", _SOURCE, ["-march=native"])
     loaded.ceiling_sum.restype = ctypes.c_double
     loaded.ceiling_sum.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
     return loaded

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from bench.probe_build import build_probe
+
 CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-             "avx512_bf16", "avx512_fp16", "amx_tile", "neon", "asimd", "sve")
+             "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "neon", "asimd", "sve")
 THREAD_VARIABLES = ("THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -189,17 +190,7 @@ def fma_variants(flags: set[str]) -> list[tuple[str, list[str]]]:
 
 def _fma_library(directory: str, name: str, flags: list[str]) -> ctypes.CDLL:
     """The probe compiled for one instruction set (RuntimeError with the compiler's message)."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
-    source, library = os.path.join(directory, f"fma_{name}.c"), os.path.join(directory, f"fma_{name}.so")
-    with open(source, "w", encoding="utf-8") as handle:
-        handle.write(_FMA_SOURCE)
-    command = [compiler, "-O2", *flags, "-shared", "-fPIC", "-pthread", source, "-o", library]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()[:400]}")
-    loaded = ctypes.CDLL(library)
+    loaded = build_probe(directory, f"fma_{name}", _FMA_SOURCE, flags)
     loaded.fma_run.restype = ctypes.c_double
     loaded.fma_run.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_float]
     return loaded

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
 import tempfile
 import time
 from typing import Any
+
+from bench.probe_build import build_probe
 
 #: Tile products a float32 product takes on the tiles (gemm_tiles.py PRODUCTS).
 PRODUCTS_PER_FLOAT32 = 6
@@ -62,17 +63,7 @@ FLOPS_PER_ITERATION = 4 * 16 * 16 * 32 * 2
 
 
 def _library(directory: str) -> ctypes.CDLL:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
-    source, library = os.path.join(directory, "tiles.c"), os.path.join(directory, "tiles.so")
-    with open(source, "w", encoding="utf-8") as handle:
-        handle.write(_SOURCE)
-    command = [compiler, "-O2", "-shared", "-fPIC", "-pthread", source, "-o", library]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()[:400]}")
-    loaded = ctypes.CDLL(library)
+    loaded = build_probe(directory, "tiles", _SOURCE, [])
     loaded.tile_run.argtypes = [ctypes.c_int64, ctypes.c_int]
     return loaded
 

@@ -89,6 +89,25 @@ class TileOps(Enum):
 TILE_REGISTERS, TILE_ROWS, TILE_ROW_BYTES = 8, 16, 64
 
 
+def tile_fields(program: LinearProgram, instr: Instr) -> dict[str, int]:
+    """A TILE instruction's numbers by name, for the renderers' per-form templates: `t`, `c`, `a`, `b`
+    (tile numbers), `buffer` and `row_bytes` (the LOAD and STORE forms' stride in bytes)."""
+    form, *numbers = instr.arg
+    if form in (TileOps.LOAD, TileOps.STORE):
+        tile, buffer, stride = numbers
+        return {"t": tile, "buffer": buffer, "row_bytes": stride * program.memory(buffer).dtype.itemsize}
+    return dict(zip(("c", "a", "b") if form is TileOps.DOT else ("t",), numbers, strict=False))
+
+
+def tile_config_bytes() -> tuple[int, ...]:
+    """The 64-byte tile configuration `TileOps.CONFIG` loads: palette 1, start row 0, then per tile
+    its bytes per row (16-bit) and its rows, every tile 16 rows x 64 bytes."""
+    header = [1] + [0] * 15
+    columns = [byte for _ in range(TILE_REGISTERS) for byte in (TILE_ROW_BYTES & 0xFF, TILE_ROW_BYTES >> 8)]
+    rows = [TILE_ROWS] * TILE_REGISTERS
+    return tuple(header + columns + [0] * (32 - len(columns)) + rows + [0] * (16 - len(rows)))
+
+
 class FusedOps(OpEnum):
     """ALU ops of the IR that are no graph op. FMA(a, b, c): a*b + c with one rounding, operands
     and result float32 or float64 (codegen/fma.py is its only maker)."""

@@ -5,7 +5,7 @@ function, so the rest of the file keeps the runtime's flags. Only renderers whos
 `matrix_tiles` see such instructions (the CLANG runtime sets it after compiling a probe)."""
 from __future__ import annotations
 
-from fast.codegen.ir import TILE_REGISTERS, TILE_ROW_BYTES, TILE_ROWS, Instr, IROps, LinearProgram, TileOps
+from fast.codegen.ir import Instr, IROps, LinearProgram, TileOps, tile_config_bytes, tile_fields
 
 #: The function attribute a kernel with tiles gets.
 TILE_TARGET = '__attribute__((target("amx-tile,amx-bf16"))) '
@@ -18,27 +18,22 @@ def uses_tiles(program: LinearProgram) -> bool:
 
 def tile_prelude() -> str:
     """The header and the configuration array a kernel with tiles needs."""
-    header = [1] + [0] * 15  # palette 1, start row 0, reserved
-    columns = [byte for _ in range(TILE_REGISTERS) for byte in (TILE_ROW_BYTES & 0xFF, TILE_ROW_BYTES >> 8)]
-    columns += [0] * (32 - len(columns))
-    rows = [TILE_ROWS] * TILE_REGISTERS + [0] * (16 - TILE_REGISTERS)
-    values = ", ".join(map(str, header + columns + rows))
+    values = ", ".join(map(str, tile_config_bytes()))
     return ("#include <immintrin.h>\n"
             f"static const uint8_t fast_tile_config[64] __attribute__((aligned(64))) = {{{values}}};\n")
 
 
+#: The C statement of each TILE form (codegen/ir.py `tile_fields`; `pointer`: the LOAD/STORE address).
+TILE_STATEMENTS = {
+    TileOps.CONFIG: "_tile_loadconfig(fast_tile_config);", TileOps.RELEASE: "_tile_release();",
+    TileOps.ZERO: "_tile_zero({t});", TileOps.DOT: "_tile_dpbf16ps({c}, {a}, {b});",
+    TileOps.LOAD: "_tile_loadd({t}, {pointer}, {row_bytes});",
+    TileOps.STORE: "_tile_stored({t}, {pointer}, {row_bytes});",
+}
+
+
 def tile_statement(program: LinearProgram, instr: Instr, a: list[str]) -> str:
     """The C statement of one TILE instruction (`a`: the rendered index, for LOAD and STORE)."""
-    form, *numbers = instr.arg
-    if form is TileOps.CONFIG:
-        return "_tile_loadconfig(fast_tile_config);"
-    if form is TileOps.RELEASE:
-        return "_tile_release();"
-    if form is TileOps.ZERO:
-        return f"_tile_zero({numbers[0]});"
-    if form is TileOps.DOT:
-        return f"_tile_dpbf16ps({numbers[0]}, {numbers[1]}, {numbers[2]});"
-    tile, buffer, stride = numbers
-    row_bytes = stride * program.memory(buffer).dtype.itemsize
-    name = "_tile_loadd" if form is TileOps.LOAD else "_tile_stored"
-    return f"{name}({tile}, &data{buffer}[{a[0]}], {row_bytes});"
+    fields = tile_fields(program, instr)
+    pointer = f"&data{fields['buffer']}[{a[0]}]" if a else ""
+    return TILE_STATEMENTS[instr.arg[0]].format(pointer=pointer, **fields)

@@ -5,7 +5,7 @@ CPU and features (runtime/llvm.py), which include `amx-tile` and `amx-bf16` wher
 is allowed to make tiles (`RendererOptions.matrix_tiles`)."""
 from __future__ import annotations
 
-from fast.codegen.ir import TILE_REGISTERS, TILE_ROW_BYTES, TILE_ROWS, Instr, LinearProgram, TileOps
+from fast.codegen.ir import Instr, LinearProgram, TileOps, tile_config_bytes, tile_fields
 
 _DECLARATIONS = (
     "declare void @llvm.x86.ldtilecfg(ptr)\n"
@@ -19,26 +19,21 @@ _DECLARATIONS = (
 
 def tile_module_text() -> str:
     """The declarations and the configuration constant a module with tiles needs."""
-    header = [1] + [0] * 15
-    columns = [byte for _ in range(TILE_REGISTERS) for byte in (TILE_ROW_BYTES & 0xFF, TILE_ROW_BYTES >> 8)]
-    columns += [0] * (32 - len(columns))
-    rows = [TILE_ROWS] * TILE_REGISTERS + [0] * (16 - TILE_REGISTERS)
-    data = "".join(f"\\{byte:02X}" for byte in header + columns + rows)
+    data = "".join(f"\\{byte:02X}" for byte in tile_config_bytes())
     return _DECLARATIONS + f'@fast_tile_config = private unnamed_addr constant [64 x i8] c"{data}", align 64\n'
+
+
+#: The call of each TILE form (codegen/ir.py `tile_fields`; `pointer`: the LOAD/STORE address).
+TILE_CALLS = {
+    TileOps.CONFIG: "call void @llvm.x86.ldtilecfg(ptr @fast_tile_config)",
+    TileOps.RELEASE: "call void @llvm.x86.tilerelease()",
+    TileOps.ZERO: "call void @llvm.x86.tilezero(i8 {t})",
+    TileOps.DOT: "call void @llvm.x86.tdpbf16ps(i8 {c}, i8 {a}, i8 {b})",
+    TileOps.LOAD: "call void @llvm.x86.tileloadd64(i8 {t}, ptr {pointer}, i64 {row_bytes})",
+    TileOps.STORE: "call void @llvm.x86.tilestored64(i8 {t}, ptr {pointer}, i64 {row_bytes})",
+}
 
 
 def tile_call(program: LinearProgram, instr: Instr, pointer: str | None) -> str:
     """The call of one TILE instruction (`pointer`: the address of its LOAD/STORE index)."""
-    form, *numbers = instr.arg
-    if form is TileOps.CONFIG:
-        return "call void @llvm.x86.ldtilecfg(ptr @fast_tile_config)"
-    if form is TileOps.RELEASE:
-        return "call void @llvm.x86.tilerelease()"
-    if form is TileOps.ZERO:
-        return f"call void @llvm.x86.tilezero(i8 {numbers[0]})"
-    if form is TileOps.DOT:
-        return f"call void @llvm.x86.tdpbf16ps(i8 {numbers[0]}, i8 {numbers[1]}, i8 {numbers[2]})"
-    tile, buffer, stride = numbers
-    row_bytes = stride * program.memory(buffer).dtype.itemsize
-    name = "tileloadd64" if form is TileOps.LOAD else "tilestored64"
-    return f"call void @llvm.x86.{name}(i8 {tile}, ptr {pointer}, i64 {row_bytes})"
+    return TILE_CALLS[instr.arg[0]].format(pointer=pointer or "", **tile_fields(program, instr))

@@ -390,6 +390,25 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def empty_kernel_caches() -> Iterator[None]:
+    """Inside: the in-process kernel caches (programs, kernels by AST, replay templates) start empty;
+    what they held is put back afterwards."""
+    import importlib
+
+    realize = importlib.import_module("fast.engine.realize")
+    caches = [realize.PROGRAMS, realize.AST_KERNELS, importlib.import_module("fast.engine.replay").TEMPLATES]
+    saved = [dict(cache) for cache in caches]
+    for cache in caches:
+        cache.clear()
+    try:
+        yield
+    finally:
+        for cache, before in zip(caches, saved, strict=True):
+            cache.clear()
+            cache.update(before)
+
+
 def run_ast(device: Compiled, ast: LazyOp, inputs: list[np.ndarray], vals: tuple[int, ...] = (),
             noopt: bool | None = False, outputs: list[np.ndarray] | None = None) -> tuple[list[np.ndarray], str]:
     """Lower `ast` for `device` (NOOPT set to `noopt`; None: as configured), then `run_program`."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kernel_values import empty_kernel_caches
 
 import fast
 from fast import BinaryOps, ReduceOps, config
@@ -35,16 +36,8 @@ U = 2.0**-24
 @pytest.fixture
 def own_caches(tmp_path: Path) -> Iterator[Path]:
     """Empty in-process kernel caches and a kernel folder of its own (restored afterwards)."""
-    realize = importlib.import_module("fast.engine.realize")
-    caches = [realize.PROGRAMS, realize.AST_KERNELS, importlib.import_module("fast.engine.replay").TEMPLATES]
-    saved = [dict(cache) for cache in caches]
-    try:
-        with config.override(cache_dir=str(tmp_path)):
-            yield tmp_path
-    finally:
-        for cache, before in zip(caches, saved, strict=True):
-            cache.clear()
-            cache.update(before)
+    with empty_kernel_caches(), config.override(cache_dir=str(tmp_path)):
+        yield tmp_path
 
 
 def product(a: fast.LazyBuffer, b: fast.LazyBuffer) -> fast.LazyBuffer:
@@ -141,11 +134,8 @@ def test_same_bits_on_both_renderers_and_every_thread_count(tmp_path: Path) -> N
     results = []
     for device in DEVICES:
         for threads in (1, 2):
-            realize = importlib.import_module("fast.engine.realize")
-            realize.PROGRAMS.clear()
-            realize.AST_KERNELS.clear()
-            importlib.import_module("fast.engine.replay").TEMPLATES.clear()
-            with config.override(cache_dir=str(tmp_path / f"{device}{threads}"), threads=threads):
+            folder = str(tmp_path / f"{device}{threads}")
+            with empty_kernel_caches(), config.override(cache_dir=folder, threads=threads):
                 got, paths = realized(LAYOUTS["a@b.T"](a, b, device)[0])
             assert "gemm-tiles" in paths
             results.append(got.view(np.uint32))
@@ -193,11 +183,7 @@ def test_chunks_of_k_keep_the_unchunked_bits(tmp_path: Path, device: str, monkey
     results = []
     for least in (gemm_tiles.CHUNK_MIN_K, 1 << 30):
         monkeypatch.setattr(gemm_tiles, "CHUNK_MIN_K", least)
-        realize = importlib.import_module("fast.engine.realize")
-        realize.PROGRAMS.clear()
-        realize.AST_KERNELS.clear()
-        importlib.import_module("fast.engine.replay").TEMPLATES.clear()
-        with config.override(cache_dir=str(tmp_path / str(least))):
+        with empty_kernel_caches(), config.override(cache_dir=str(tmp_path / str(least))):
             got, paths = realized(LAYOUTS["a@b.T"](a, b, device)[0])
         assert "gemm-tiles" in paths
         results.append(got.view(np.uint32))
