@@ -75,13 +75,15 @@ F32, U32 = dtypes.float32, dtypes.uint32
 
 def applies(shape: GemmShape, options: RendererOptions) -> bool:
     """Whether this GEMM runs on the tiles (module docstring): float32, not batched, K a multiple of
-    32, M a multiple of 16, N a multiple of 32, and one micro-panel of packed pieces within
-    `SCRATCH_BYTES`. Batched products stay on the FMA micro-kernel: attention's (per batch and head
-    128 x 128 x 32 and 128 x 32 x 128) ran 2.2-2.6x slower on the tiles, their packing of pieces
-    (every element of A used by 32-128 columns only) costing more than the products."""
+    32, M a multiple of 16, N a multiple of 32, and one micro-panel of packed pieces (of a chunk of K,
+    where K runs in chunks) within `SCRATCH_BYTES`. Batched products stay on the FMA micro-kernel:
+    attention's (per batch and head 128 x 128 x 32 and 128 x 32 x 128) ran 2.2-2.6x slower on the
+    tiles, their packing of pieces (every element of A used by 32-128 columns only) costing more
+    than the products."""
     k, m, n = shape.sizes[shape.reduce], shape.size(shape.rows), shape.sizes[shape.column]
     return (options.matrix_tiles and not shape.batch and node_dtype(shape.a) == F32 and options.lanes(F32) == HALF
-            and k % STEP == 0 and m % TILE_ROWS == 0 and n % COLUMNS == 0 and panel_bytes(k) <= SCRATCH_BYTES)
+            and k % STEP == 0 and m % TILE_ROWS == 0 and n % COLUMNS == 0
+            and panel_bytes(chunk_steps(shape) or k) <= SCRATCH_BYTES)
 
 
 def panel_bytes(k: int) -> int:
