@@ -27,7 +27,7 @@ from bench.outputs import add_output_options, destination, unusable_device
 from bench.peers import load_peers
 from bench.report import detail_lines, summary_lines, text_table, write_all
 from bench.suite import Plan, failures, run_all
-from bench.tile_peak import measure_tile_peak
+from bench.tile_peak import SPREAD_SAMPLES, ideal_gflops, measure_tile_peak, measure_tile_spread
 from bench.timing import Budget, as_dict
 from bench.workloads import WORKLOADS, by_name
 
@@ -114,7 +114,8 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
     bandwidth = measure_bandwidth(options.bandwidth_mib or (32 if options.quick else 256))
     ceiling = measure_read_ceiling((1 << 24) // (64 if options.quick else 1))
     fma = measure_fma_peak(0.02, 3) if options.quick else measure_fma_peak()
-    tiles = measure_tile_peak(cpu_flags(), 0.02 if options.quick else 0.1, 3 if options.quick else 5)
+    spread_samples = 10 if options.quick else SPREAD_SAMPLES
+    tiles = measure_tile_peak(cpu_flags(), 0.02 if options.quick else 0.1, 3 if options.quick else 5, spread_samples)
     plan, peer_notes = build_plan(options, bandwidth["bandwidth_gbs"], fma.get("peak_gflops"))
     notes += peer_notes
     for note in notes:
@@ -125,10 +126,13 @@ def measure(options: argparse.Namespace) -> dict[str, Any]:
             rows, peer_results = run_all(workloads, plan)
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
+    tiles_end = None if "error" in tiles else measure_tile_spread(cpu_flags(), spread_samples, ideal_gflops(
+        tiles["bf16_gflops"], tiles["single_thread_bf16_gflops"], tiles["threads"]))
     return {"schema": SCHEMA, "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python -m bench", *options.argv]), "quick": options.quick,
             "devices": list(plan.devices), "budget": as_dict(plan.budget), "machine": machine_info(),
             "bandwidth": bandwidth, "read_ceiling": ceiling, "fma_peak": fma, "tile_peak": tiles,
+            "tile_spread_end": tiles_end,
             "fast": {**fast_info(), "compile_cache": "fresh temporary directory"},
             "peers": {ops.name: ops.version for ops in plan.peers}, "notes": notes, "results": rows,
             "peer_results": peer_results, "failures": failures(rows, peer_results),

@@ -89,7 +89,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              f"{bandwidth['threads']} threads (copy of {bandwidth['array_mib']} MiB; read + write)",
              ceiling_line(result.get("read_ceiling")),
              fma_line(result.get("fma_peak")),
-             *([line] if (line := tile_line(result.get("tile_peak"))) else []),
+             *([line] if (line := tile_line(result.get("tile_peak"), result.get("tile_spread_end"))) else []),
              f"fast: {result['fast']['file']} (git {result['fast'].get('git') or '?'})"]
     lines += [f"note: {note}" for note in result.get("notes", [])]
     return lines

@@ -7,6 +7,14 @@ loaded once, so nothing but the products is timed) and runs it on one thread and
 core. Reported: bfloat16 GFLOP/s (2 flops per multiply-add), and a sixth of it, the float32 rate a
 GEMM on the tiles could reach if the products were all it did. {"error": why} where the CPU, the
 kernel or the compiler cannot run it.
+
+The best run is what the unit can do; `tile_spread` is what it delivered moment to moment: a
+physical core has one tile unit, shared by its two hyperthreads, and on a shared host the other
+one may belong to another machine. On session 18's Sapphire Rapids VM the one-thread probe read
+1,050-1,250 GFLOP/s for seconds at a time, then 2,400-2,960, while the FMA chains stayed within
+140-190: a GEMM on the tiles slowed 2.5x in those stretches (the FMA path 1.0-1.3x). The bench
+samples the spread at the start of a run and again at its end (`measure_tile_spread`), so a run's
+products can be read against the tile unit it actually had.
 """
 from __future__ import annotations
 
@@ -68,8 +76,8 @@ def _library(directory: str) -> ctypes.CDLL:
     return loaded
 
 
-def _best_gflops(library: ctypes.CDLL, threads: int, seconds: float, repeats: int) -> float:
-    """The best of `repeats` runs of about `seconds` each (the iteration count calibrated first)."""
+def _rates(library: ctypes.CDLL, threads: int, seconds: float, runs: int) -> list[float]:
+    """bfloat16 GFLOP/s of `runs` runs of about `seconds` each (the iteration count calibrated first)."""
     iterations = 1 << 10
     while True:
         start = time.perf_counter()
@@ -79,41 +87,95 @@ def _best_gflops(library: ctypes.CDLL, threads: int, seconds: float, repeats: in
             break
         iterations *= 2
     iterations = max(1, int(iterations * seconds / max(elapsed, 1e-9)))
-    best = 0.0
-    for _ in range(repeats):
+    rates = []
+    for _ in range(runs):
         start = time.perf_counter()
         library.tile_run(iterations, threads)
-        best = max(best, FLOPS_PER_ITERATION * iterations * threads / (time.perf_counter() - start) / 1e9)
-    return best
+        rates.append(FLOPS_PER_ITERATION * iterations * threads / (time.perf_counter() - start) / 1e9)
+    return rates
 
 
-def measure_tile_peak(flags: set[str], seconds: float = 0.1, repeats: int = 5) -> dict[str, Any]:
-    """bfloat16 tile GFLOP/s on one thread and on every usable core, and the float32-equivalent rate
-    (a sixth); {"error": why} without AMX tiles here."""
-    if not {"amx_tile", "amx_bf16"} <= flags:
-        return {"error": "the CPU reports no AMX tiles with bfloat16 products"}
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+#: `tile_spread`: samples of about SPREAD_SAMPLE_S each on every core.
+SPREAD_SAMPLES = 60
+SPREAD_SAMPLE_S = 0.005
+
+
+def tile_spread(library: ctypes.CDLL, threads: int, samples: int = SPREAD_SAMPLES, best: float = 0.0,
+                sample_s: float = SPREAD_SAMPLE_S) -> dict[str, Any]:
+    """bfloat16 GFLOP/s of `samples` short runs on `threads` threads: median, 25th and 10th
+    percentiles, and the share of samples below half the best (`best`, `ideal_gflops`, or the best
+    sample when that is higher): a tile unit taken by another for that long."""
+    rates = sorted(_rates(library, threads, sample_s, samples))
+    below = sum(rate < max(best, rates[-1]) / 2 for rate in rates) / len(rates)
+    return {"samples": samples, "sample_ms": round(sample_s * 1e3, 1), "threads": threads,
+            "median_gflops": round(rates[len(rates) // 2], 1), "p25_gflops": round(rates[len(rates) // 4], 1),
+            "p10_gflops": round(rates[len(rates) // 10], 1), "below_half_best": round(below, 2)}
+
+
+def _threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def measure_tile_peak(flags: set[str], seconds: float = 0.1, repeats: int = 5,
+                      samples: int = SPREAD_SAMPLES) -> dict[str, Any]:
+    """bfloat16 tile GFLOP/s on one thread and on every usable core (the best of `repeats`), the
+    float32-equivalent rate (a sixth) and `tile_spread` of `samples` (none with 0); {"error": why}
+    without AMX tiles here."""
+    threads = _threads()
     with tempfile.TemporaryDirectory(prefix="fast-bench-tiles-") as directory:
-        try:
-            library = _library(directory)
-        except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-            return {"error": str(error)}
-        if library.tile_permission() != 0:
-            return {"error": "the kernel refused the tiles' state (arch_prctl ARCH_REQ_XCOMP_PERM)"}
-        single = _best_gflops(library, 1, seconds, repeats)
-        every = _best_gflops(library, threads, seconds, repeats)
+        library = _usable_library(flags, directory)
+        if isinstance(library, str):
+            return {"error": library}
+        single = max(_rates(library, 1, seconds, repeats))
+        every = max(_rates(library, threads, seconds, repeats))
+        spread = tile_spread(library, threads, samples, ideal_gflops(every, single, threads)) if samples else None
     return {"threads": threads, "bf16_gflops": round(every, 1), "single_thread_bf16_gflops": round(single, 1),
-            "float32_gflops": round(every / PRODUCTS_PER_FLOAT32, 1),
+            "float32_gflops": round(every / PRODUCTS_PER_FLOAT32, 1), **({"spread": spread} if spread else {}),
             "counts": "2 flops per bfloat16 multiply-add, 4 accumulator tiles per thread, best of repeats"}
 
 
-def tile_line(tiles: dict[str, Any] | None) -> str | None:
-    """The machine section's line, or None when the probe did not run."""
+def ideal_gflops(every: float, single: float, threads: int) -> float:
+    """What every core's tile unit would give undisturbed: the best all-cores run, or one thread's best
+    times the threads when that is higher (the all-cores run waits for its slowest core: with one
+    core's unit shared it read 2,466 GFLOP/s on two threads against 3,104 on one)."""
+    return max(every, single * threads)
+
+
+def measure_tile_spread(flags: set[str], samples: int = SPREAD_SAMPLES, best: float = 0.0) -> dict[str, Any]:
+    """`tile_spread` alone, against the peak `best` (the bench takes it again at the end of a run);
+    {"error": why} without tiles."""
+    with tempfile.TemporaryDirectory(prefix="fast-bench-tiles-") as directory:
+        library = _usable_library(flags, directory)
+        return {"error": library} if isinstance(library, str) else tile_spread(library, _threads(), samples, best)
+
+
+def _usable_library(flags: set[str], directory: str) -> ctypes.CDLL | str:
+    """The probe, built and granted the tiles' state, or why not."""
+    if not {"amx_tile", "amx_bf16"} <= flags:
+        return "the CPU reports no AMX tiles with bfloat16 products"
+    try:
+        library = _library(directory)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        return str(error)
+    if library.tile_permission() != 0:
+        return "the kernel refused the tiles' state (arch_prctl ARCH_REQ_XCOMP_PERM)"
+    return library
+
+
+def tile_line(tiles: dict[str, Any] | None, end: dict[str, Any] | None = None) -> str | None:
+    """The machine section's line (with the spread at the start and, given `end`, at the end of the
+    run), or None when the probe did not run."""
     if not tiles:
         return None
     if "error" in tiles:
         return f"- AMX tile peak: not measured ({tiles['error']})"
-    return (f"- AMX tile peak (C, bfloat16 tile products from registers, {tiles['threads']} threads): "
+    line = (f"- AMX tile peak (C, bfloat16 tile products from registers, {tiles['threads']} threads): "
             f"{tiles['bf16_gflops']} GFLOP/s, {tiles['single_thread_bf16_gflops']} one thread; a float32 "
             f"product on the tiles takes {PRODUCTS_PER_FLOAT32} (fast/codegen/gemm_tiles.py): "
             f"{tiles['float32_gflops']} float32 GFLOP/s at most")
+    spreads = [(when, spread) for when, spread in (("at the start", tiles.get("spread")), ("at the end", end))
+               if spread and "error" not in spread]
+    for when, spread in spreads:
+        line += (f"; {when}, {spread['samples']} runs of {spread['sample_ms']} ms: median {spread['median_gflops']}, "
+                 f"10th percentile {spread['p10_gflops']}, {spread['below_half_best'] * 100:.0f}% below half the best")
+    return line

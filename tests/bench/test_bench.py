@@ -192,19 +192,29 @@ def test_fma_spread_orders_its_percentiles() -> None:
 
 def test_the_tile_probe_reports_or_says_why_not() -> None:
     """Without AMX flags the probe says so; with them (this host) bfloat16 rates, the float32 rate a
-    sixth of them, and one line for the machine section."""
+    sixth of them, the spread of short runs (at the start and, taken again, at the end of a run),
+    and one line for the machine section."""
     from bench.machine import cpu_flags
-    from bench.tile_peak import PRODUCTS_PER_FLOAT32, measure_tile_peak, tile_line
+    from bench.tile_peak import PRODUCTS_PER_FLOAT32, measure_tile_peak, measure_tile_spread, tile_line
     missing = measure_tile_peak({"avx512f"})
     assert "error" in missing and "AMX" in (tile_line(missing) or "")
+    assert "AMX" in measure_tile_spread({"avx512f"})["error"]
     if not {"amx_tile", "amx_bf16"} <= cpu_flags():
         pytest.skip("no AMX tiles on this host: the measuring half needs them")
-    tiles = measure_tile_peak(cpu_flags(), seconds=0.005, repeats=2)
+    tiles = measure_tile_peak(cpu_flags(), seconds=0.005, repeats=2, samples=8)
     if "error" in tiles:
         pytest.skip(f"AMX listed but not usable here: {tiles['error']}")
     assert tiles["bf16_gflops"] > 0 and tiles["single_thread_bf16_gflops"] > 0
     assert tiles["float32_gflops"] == pytest.approx(tiles["bf16_gflops"] / PRODUCTS_PER_FLOAT32, abs=0.1)
     assert "float32 GFLOP/s at most" in (tile_line(tiles) or "")
+    spread, end = tiles["spread"], measure_tile_spread(cpu_flags(), samples=8, best=tiles["bf16_gflops"])
+    for sampled in (spread, end):
+        assert sampled["samples"] == 8
+        assert sampled["median_gflops"] >= sampled["p25_gflops"] >= sampled["p10_gflops"] > 0
+        assert 0 <= sampled["below_half_best"] <= 1
+    line = tile_line(tiles, end) or ""
+    assert "at the start, 8 runs of 5.0 ms" in line and "at the end, 8 runs" in line
+    assert "spread" not in measure_tile_peak(cpu_flags(), seconds=0.005, repeats=1, samples=0)
 
 
 def test_groups_select_their_members_and_the_matmul_shapes_are_right() -> None:
