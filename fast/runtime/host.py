@@ -43,7 +43,7 @@ import mmap
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -251,11 +251,14 @@ class HostAllocator(Allocator):
             origin = address_of(raw)
         return HostMemory(raw, (-origin) % self.alignment, nbytes, origin)
 
-    def free(self, handle: HostMemory, nbytes: int | None = None) -> None:
+    def free(self, handle: HostMemory, nbytes: int | None = None,
+             _finalizing: Callable[[], bool] = sys.is_finalizing,
+             _references: Callable[[object], int] = sys.getrefcount) -> None:
         """Release the handle; its memory is pooled unless a view or anything else still holds it
-        (`nbytes` is accepted and ignored)."""
+        (`nbytes` is accepted and ignored). While the interpreter shuts down nothing is pooled: the
+        module's names may already be gone (None), so the two functions it needs are bound here."""
         raw, handle.owner = handle.owner, None
-        if raw is None or sys.getrefcount(raw) != 2:  # this frame's name and the call's argument: nobody else
+        if raw is None or _finalizing() or _references(raw) != 2:  # this frame's name and the argument: nobody else
             return
         limit = config.get().alloc_cache_mb << 20
         if raw.nbytes >= MIN_POOLED:

@@ -39,6 +39,22 @@ def test_freed_memory_is_reused_for_the_same_size() -> None:
     assert other.address != address
 
 
+def test_freeing_while_the_interpreter_shuts_down_needs_no_module_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LazyBuffer that outlives the modules (freed while the interpreter shuts down, after host.py's
+    names were set to None) releases its memory without an error ("Exception ignored in
+    LazyBuffer.__del__" at exit) and pools nothing; until then the same call pools as usual."""
+    allocator = HostAllocator()
+    kept, pooled = allocator.alloc(SIZE), allocator.alloc(SIZE)
+    for name in ("sys", "config", "RECYCLER", "SMALL", "MIN_POOLED"):
+        monkeypatch.setattr(host, name, None)
+    allocator.free(kept, _finalizing=lambda: True)
+    assert kept.owner is None
+    monkeypatch.undo()
+    assert RECYCLER.held == 0
+    allocator.free(pooled)
+    assert RECYCLER.held >= SIZE
+
+
 def test_memory_still_referenced_elsewhere_is_not_pooled() -> None:
     allocator = HostAllocator()
     handle = allocator.alloc(SIZE)
