@@ -349,3 +349,16 @@ def stores_columns_contiguously(info: KernelInfo, shape: GemmShape) -> bool:
     """Whether every STORE walks the N axis with stride 1 (else each vector of columns is stored as
     `lanes` scalars: a large epilogue in code even when its AST is small)."""
     return all(store.arg.st.real_strides()[shape.column] == 1 for store in info.stores)
+
+
+def packed_row_stride(k: int, itemsize: int, lanes: int) -> int:
+    """Elements between two rows of packed A: K rounded up to whole vectors and to whole cache lines,
+    plus a line when that count of lines is even, so that the MR rows of a block, read at the same
+    step k, fall in different cache sets. With L lines per row, rows r and r + 64 / gcd(L, 64) share a
+    set of a 64-set cache: an odd L keeps 64 rows apart, while L = 64 (K = 1024 float32) would put every
+    row in one set."""
+    per_line = max(1, 64 // itemsize)
+    unit = max(lanes, per_line)
+    stride = -(-k // unit) * unit
+    lines = stride // per_line
+    return stride + per_line if lines % 2 == 0 else stride

@@ -13,12 +13,8 @@ like the order, never depends on the thread count, and no input needs the engine
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from fast import config
 from fast.codegen import gemm_checked
-from fast.codegen.analyze import KernelInfo, node_dtype
+from fast.codegen.analyze import node_dtype
 from fast.codegen.fma import FMA_BOUNDS
 from fast.codegen.gemm import (
     EPILOGUE_ROWS_PER_STEP,
@@ -27,10 +23,9 @@ from fast.codegen.gemm import (
     GemmShape,
     GemmTiles,
     LoweringContext,
-    choose_tiles,
     column_vectors,
     epilogue_size,
-    match,
+    packed_row_stride,
     packs_a,
     padded_vectors,
     stores_columns_contiguously,
@@ -41,7 +36,6 @@ from fast.codegen.gemm_prefetch import batch_hint_spacing, next_batch_hints, spr
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, BufferOps, LazyOp, TernaryOps, UnaryOps
-from fast.renderer.base import RendererOptions
 from fast.shape.symbolic import Node, NumNode, Variable
 
 
@@ -392,36 +386,3 @@ class GemmEmitter:
         reduce_values = dict.fromkeys(self.ctx.info.reduce_ids, acc)
         for store in self.ctx.info.stores:
             self.ctx.store_value(store, group, self.ctx.lower_node(store.src[0], group, reduce_values, memo))
-
-
-def packed_row_stride(k: int, itemsize: int, lanes: int) -> int:
-    """Elements between two rows of packed A: K rounded up to whole vectors and to whole cache lines,
-    plus a line when that count of lines is even, so that the MR rows of a block, read at the same
-    step k, fall in different cache sets. With L lines per row, rows r and r + 64 / gcd(L, 64) share a
-    set of a 64-set cache: an odd L keeps 64 rows apart, while L = 64 (K = 1024 float32) would put every
-    row in one set."""
-    per_line = max(1, 64 // itemsize)
-    unit = max(lanes, per_line)
-    stride = -(-k // unit) * unit
-    lines = stride // per_line
-    return stride + per_line if lines % 2 == 0 else stride
-
-
-def plan(info: KernelInfo, options: RendererOptions) -> Callable[[Any], tuple[tuple[BufferInfo, ...], int]] | None:
-    """A function that lowers this kernel as a GEMM into a lowering context, returning (scratch
-    arrays, chunks per thread), or None when the kernel is not matmul-shaped (then opt.py plans it).
-    Without batch axes every chunk of a threaded launch packs each column block of B it touches
-    again (all of B when there is one block), so such a kernel asks for one chunk per thread
-    (`LinearProgram.chunks_per_thread`)."""
-    shape = match(info, options)
-    tiles = choose_tiles(shape, options) if shape is not None else None
-    if shape is None or tiles is None:
-        return None
-    fused = options.fused_multiply_add and not config.get().noopt
-    chunks = 0 if shape.batch else 1
-
-    def lower_into(ctx: Any) -> tuple[tuple[BufferInfo, ...], int]:
-        emitter = GemmEmitter(ctx, shape, tiles, fused)
-        emitter.run()
-        return tuple(emitter.arrays), chunks
-    return lower_into

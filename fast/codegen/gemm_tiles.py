@@ -38,16 +38,13 @@ increasing k, the FMA path's own fallback, and gives IEEE results.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from fast import config
-from fast.codegen import gemm_loops
-from fast.codegen.analyze import KernelInfo, node_dtype
-from fast.codegen.gemm import SHARED_BLOCKS, GemmShape, GemmTiles, match, transposes_a
+from fast.codegen.analyze import node_dtype
+from fast.codegen.gemm import SHARED_BLOCKS, GemmShape, GemmTiles, transposes_a
 from fast.codegen.gemm_loops import GemmEmitter
 from fast.codegen.gemm_pack import transpose, transposes
-from fast.codegen.ir import INT64, TILE_ROWS, BufferInfo, IndexOps, LoopKind, TileOps
+from fast.codegen.ir import INT64, TILE_ROWS, IndexOps, LoopKind, TileOps
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, BufferOps, LazyOp, UnaryOps
 from fast.renderer.base import RendererOptions
@@ -365,23 +362,7 @@ class TileEmitter(GemmEmitter):
 
 def piece_row_stride(pairs: int) -> int:
     """Words between two rows of packed A: three pieces of `pairs` words, plus a cache line when that
-    is an even count of lines (rows a power of two lines apart share cache sets; gemm_loops.py
+    is an even count of lines (rows a power of two lines apart share cache sets; gemm.py
     `packed_row_stride`)."""
     words = PIECES * pairs
     return words + HALF if (words // HALF) % 2 == 0 else words
-
-
-def plan(info: KernelInfo, options: RendererOptions) -> Callable[[Any], tuple[tuple[BufferInfo, ...], int]] | None:
-    """gemm_loops.py `plan` for a GEMM that runs on the tiles (`applies`; MATRIX_TILES=0 turns them
-    off through the options), else gemm_loops.py's own plan (the FMA micro-kernel, or None)."""
-    shape = match(info, options)
-    if shape is None or not applies(shape, options) or config.get().noopt:
-        return gemm_loops.plan(info, options)
-    tiles = choose_tiles(shape, options)
-    chunks = 0 if shape.batch else 1  # gemm_loops.plan: one chunk per thread unless batched
-
-    def lower_into(ctx: Any) -> tuple[tuple[BufferInfo, ...], int]:
-        emitter = TileEmitter(ctx, shape, tiles)
-        emitter.run()
-        return tuple(emitter.arrays), chunks
-    return lower_into

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fast import config
-from fast.codegen import gemm_tiles, transcendental
+from fast.codegen import gemm_plan, transcendental
 from fast.codegen.analyze import HALVES, KernelInfo, analyze, estimates, kernel_name, node_dtype, reads_own_output
 from fast.codegen.const_args import const_name, define_params
 from fast.codegen.fma import fuse_accumulations
@@ -360,7 +360,7 @@ def lower(ast: LazyOp, options: RendererOptions, *, const_params: bool = False) 
     parallel = options.supports_threads and flops + mem_bytes >= config.get().parallel_min_work
     lowering = _Lowering(info, plan, options, parallel)
     lowering.const_slots = define_params(lowering.builder, ast) if const_params else None
-    matmul = gemm_tiles.plan(info, options)
+    matmul = gemm_plan.plan(info, options)
     scratch: tuple[BufferInfo, ...] = ()
     gemm_chunks = 0
     if matmul is None:

@@ -13,7 +13,7 @@ import pytest
 
 import fast
 from fast import config, xp
-from fast.codegen import gemm, gemm_loops
+from fast.codegen import gemm
 from fast.codegen.analyze import analyze
 from fast.codegen.lower import lower
 from fast.runtime import cpu
@@ -259,7 +259,7 @@ def _packs_a(out: xp.Array) -> bool:
     tiles = gemm.choose_tiles(shape, OPTIONS)
     assert tiles is not None
     itemsize = out.dtype.itemsize
-    stride = gemm_loops.packed_row_stride(shape.sizes[shape.reduce], itemsize, tiles.lanes)
+    stride = gemm.packed_row_stride(shape.sizes[shape.reduce], itemsize, tiles.lanes)
     scratch = _gemm_program(out).scratch  # type: ignore[attr-defined]
     return any(array.size == stride * tiles.group_rows for array in scratch)
 
@@ -302,7 +302,7 @@ def test_packed_rows_are_an_odd_count_of_lines_apart() -> None:
     for itemsize, lanes in ((4, 16), (4, 8), (8, 8), (8, 4)):
         per_line = 64 // itemsize
         for k in (1, 4, 15, 16, 17, 64, 65, 256, 384, 1023, 1024, 1536):
-            stride = gemm_loops.packed_row_stride(k, itemsize, lanes)
+            stride = gemm.packed_row_stride(k, itemsize, lanes)
             assert k <= stride < k + 3 * per_line
             assert stride % lanes == 0 and stride % per_line == 0 and (stride // per_line) % 2 == 1
 
