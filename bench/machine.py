@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.probe_build import build_probe
+from bench.probe_build import build_probe, probe_rates, spread_summary
 
 CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "neon", "asimd", "sve")
@@ -198,24 +198,10 @@ def _fma_library(directory: str, name: str, flags: list[str]) -> ctypes.CDLL:
 
 def _fma_rates(library: ctypes.CDLL, threads: int, seconds: float, runs: int) -> list[float]:
     """GFLOP/s of `runs` runs of about `seconds` each on `threads` threads (2 flops per lane per
-    FMA); the iteration count is calibrated on short runs first (doubled until one takes a quarter
-    of `seconds`)."""
+    FMA; bench/probe_build.py `probe_rates`)."""
     per_iteration = 2.0 * library.fma_lanes() * library.fma_chains() * threads
-    iterations = 1 << 12
-    while True:
-        start = time.perf_counter()
-        library.fma_run(iterations, threads, 0.999, 0.001)
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds / 4 or iterations >= 1 << 34:
-            break
-        iterations *= 2
-    iterations = max(1, int(iterations * seconds / max(elapsed, 1e-9)))
-    rates = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        library.fma_run(iterations, threads, 0.999, 0.001)
-        rates.append(per_iteration * iterations / (time.perf_counter() - start) / 1e9)
-    return rates
+    return probe_rates(lambda iterations: library.fma_run(iterations, threads, 0.999, 0.001),
+                       per_iteration, seconds, runs, 1 << 12)
 
 
 def _fma_gflops(library: ctypes.CDLL, threads: int, seconds: float, repeats: int) -> float:
@@ -238,10 +224,7 @@ def fma_spread(library: ctypes.CDLL, threads: int, samples: int = SPREAD_SAMPLES
     time. On a virtual machine whose vCPUs the host places from moment to moment (the 2-core EPYC:
     two threads ran at one core's speed in a quarter of the 5 ms samples), a kernel's median cannot
     beat the median here, whatever its code."""
-    rates = sorted(_fma_rates(library, threads, sample_s, samples))
-    return {"samples": samples, "sample_ms": round(sample_s * 1e3, 1), "threads": threads,
-            "median_gflops": round(rates[len(rates) // 2], 1), "p25_gflops": round(rates[len(rates) // 4], 1),
-            "p10_gflops": round(rates[len(rates) // 10], 1)}
+    return spread_summary(_fma_rates(library, threads, sample_s, samples), sample_s, threads)
 
 
 def cpu_flags() -> set[str]:

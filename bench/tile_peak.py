@@ -22,10 +22,9 @@ import ctypes
 import os
 import subprocess
 import tempfile
-import time
 from typing import Any
 
-from bench.probe_build import build_probe
+from bench.probe_build import build_probe, probe_rates, spread_summary
 
 #: Tile products a float32 product takes on the tiles (gemm_tiles.py PRODUCTS).
 PRODUCTS_PER_FLOAT32 = 6
@@ -77,22 +76,9 @@ def _library(directory: str) -> ctypes.CDLL:
 
 
 def _rates(library: ctypes.CDLL, threads: int, seconds: float, runs: int) -> list[float]:
-    """bfloat16 GFLOP/s of `runs` runs of about `seconds` each (the iteration count calibrated first)."""
-    iterations = 1 << 10
-    while True:
-        start = time.perf_counter()
-        library.tile_run(iterations, threads)
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds / 4 or iterations >= 1 << 34:
-            break
-        iterations *= 2
-    iterations = max(1, int(iterations * seconds / max(elapsed, 1e-9)))
-    rates = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        library.tile_run(iterations, threads)
-        rates.append(FLOPS_PER_ITERATION * iterations * threads / (time.perf_counter() - start) / 1e9)
-    return rates
+    """bfloat16 GFLOP/s of `runs` runs of about `seconds` each (bench/probe_build.py `probe_rates`)."""
+    return probe_rates(lambda iterations: library.tile_run(iterations, threads),
+                       FLOPS_PER_ITERATION * threads, seconds, runs, 1 << 10)
 
 
 #: `tile_spread`: samples of about SPREAD_SAMPLE_S each on every core.
@@ -105,11 +91,9 @@ def tile_spread(library: ctypes.CDLL, threads: int, samples: int = SPREAD_SAMPLE
     """bfloat16 GFLOP/s of `samples` short runs on `threads` threads: median, 25th and 10th
     percentiles, and the share of samples below half the best (`best`, `ideal_gflops`, or the best
     sample when that is higher): a tile unit taken by another for that long."""
-    rates = sorted(_rates(library, threads, sample_s, samples))
-    below = sum(rate < max(best, rates[-1]) / 2 for rate in rates) / len(rates)
-    return {"samples": samples, "sample_ms": round(sample_s * 1e3, 1), "threads": threads,
-            "median_gflops": round(rates[len(rates) // 2], 1), "p25_gflops": round(rates[len(rates) // 4], 1),
-            "p10_gflops": round(rates[len(rates) // 10], 1), "below_half_best": round(below, 2)}
+    rates = _rates(library, threads, sample_s, samples)
+    below = sum(rate < max(best, *rates) / 2 for rate in rates) / len(rates)
+    return {**spread_summary(rates, sample_s, threads), "below_half_best": round(below, 2)}
 
 
 def _threads() -> int:
