@@ -4,6 +4,15 @@ The callable returns whatever it computed; the result is dropped after the clock
 it is not timed) and before the next repeat starts (so `fast`'s weak node cache cannot hand the
 previous, already realized output back). The garbage collector is off while the clock runs.
 
+Garbage: `repeat` collects the whole heap once, before its first repeat, and only the youngest
+generation between repeats. Everything a repeat allocated is young when it returns (the collector
+is off meanwhile), so a reference cycle in a dropped result is freed all the same; a full collection
+before every repeat walked the whole heap each time instead (67-79 ms with torch imported) and left
+the caches and the core cold: on session 19's Sapphire Rapids VM a `fast` 512 x 512 product right
+after it took 1.56-1.70 ms against 0.86 with none, numpy's 1.21-1.29 against 0.88, every system
+timed in a state that a program calling it in a loop never sees (bench/results s19 notes,
+docs/performance.md).
+
 `blocks` times several systems on one workload: each gets its repeats in BLOCKS blocks, the
 systems' blocks alternating, with PAUSE_S (untimed) before each block. On a 2-core virtual machine
 the cores the host lends change from second to second (two threads of FMAs ran at one core's speed
@@ -67,10 +76,11 @@ def repeat(fn: Callable[[], Any], budget: Budget) -> Stats:
     """Time `fn` repeatedly within `budget`, dropping each result before the next call."""
     stats = Stats()
     spent = 0.0
+    gc.collect()
     while len(stats.times_s) < budget.max_repeats:
         if len(stats.times_s) >= budget.min_repeats and spent >= budget.seconds:
             break
-        gc.collect()
+        gc.collect(0)  # the last repeat's garbage (module docstring)
         elapsed, result = timed(fn)
         del result
         stats.times_s.append(elapsed)

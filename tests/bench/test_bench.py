@@ -157,6 +157,39 @@ def test_repeat_stops_at_the_budget_and_drops_results() -> None:
     assert len(repeat(lambda: None, Budget(seconds=10.0, max_repeats=4)).times_s) == 4
 
 
+def test_repeat_frees_a_cyclic_result_before_the_next_repeat_without_a_full_collection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result caught in a reference cycle is dead when the next repeat starts (the youngest
+    generation is collected between repeats), and the whole heap is collected once, first."""
+    import gc
+    import weakref
+
+    from bench import timing
+
+    class Node:
+        pass
+
+    collected: list[tuple[int, ...]] = []
+    real_collect = gc.collect
+    def collect(*generation: int) -> int:
+        collected.append(generation)
+        return real_collect(*generation)
+    monkeypatch.setattr(timing.gc, "collect", collect)
+    previous: list[weakref.ref[Node]] = []
+    alive_at_start: list[bool] = []
+
+    def once() -> Node:
+        alive_at_start.append(bool(previous) and previous[-1]() is not None)
+        node = Node()
+        node.self = node  # type: ignore[attr-defined]  # a cycle: refcounting alone never frees it
+        previous.append(weakref.ref(node))
+        return node
+
+    repeat(once, Budget(seconds=10.0, max_repeats=4))
+    assert alive_at_start == [False, False, False, False]
+    assert collected == [(), (0,), (0,), (0,), (0,)]
+
+
 def test_blocks_alternate_the_systems_and_keep_a_failure_to_its_own_system() -> None:
     """Every system's repeats come in `count` blocks, the systems' blocks alternating; a system that
     raises is not called again, the others keep their blocks."""
