@@ -32,7 +32,13 @@ from fast.codegen.gemm import (
 )
 from fast.codegen.gemm_pack import pack_columns
 from fast.codegen.gemm_pack_a import prepare_rows
-from fast.codegen.gemm_prefetch import batch_hint_spacing, next_batch_hints, spread_hint, spread_steps
+from fast.codegen.gemm_prefetch import (
+    batch_hint_spacing,
+    next_batch_hints,
+    spread_hint,
+    spread_steps,
+    tile_start_hints,
+)
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, BufferOps, LazyOp, TernaryOps, UnaryOps
@@ -343,20 +349,19 @@ class GemmEmitter:
         """The K steps of the micro-kernel: the packed columns of B, one broadcast of A per row.
 
         Prefetch hints sit where they can be due, not behind a guard evaluated at every step: the
-        next batch's hints, when due only at a tile's step 0 (their spacing a multiple of K), go
-        before the loop; the steps past the last spread hint (gemm_prefetch.spread_steps) run in a
+        next batch's hints, when due on fixed steps of every tile, go before the loop
+        (gemm_prefetch.py `tile_start_hints`); the steps past the last spread hint (gemm_prefetch.spread_steps) run in a
         loop of their own without it. The steps and their order are the same either way. GCC does not prove such
         guards false inside the loop (LLVM did): `q @ k.T` (K = 32) on CLANG went from 131 to 160-164
         GFLOP/s, and `p @ v` (K = 128) from 118-120 to 137-146 on CLANG, 146-152 on LLVM (Zen 3)."""
         batch = self.batch if self.prefetch else None
         every = batch_hint_spacing(self) if batch is not None else 0
-        if batch is not None and every and every % self.k == 0:  # due at step 0 only
-            next_batch_hints(self, batch, panel, block, NumNode(0))
+        stepped = bool(batch is not None and every and not tile_start_hints(self, batch, panel, block, every))
         spread = spread_steps(self)
         for start, end in ((0, spread), (spread, self.kc)):
             if start < end:
                 step = self.loop("k", self.const(start), self.const(end), self.kc - 1, LoopKind.REDUCE)
-                if batch is not None and every and every % self.k:
+                if stepped and batch is not None:
                     next_batch_hints(self, batch, panel, block, step)
                 if start == 0 and spread:
                     spread_hint(self, block, step)

@@ -8,7 +8,9 @@ B's columns each waited for hundreds of cache lines from memory, about a third o
 one core. So while a batch computes, every micro-kernel step may hint one line of the next batch's A
 and one of its B: step `g` of the batch (tile `panel * blocks + block`, step `k` within it) hints
 line `g // every` of each operand, where `every` (a power of two) spreads the lines evenly over the
-steps; a burst of hints would fill the core's miss buffers and stall it (`spread_hint`).
+steps; a burst of hints would fill the core's miss buffers and stall it (`spread_hint`). Where a
+tile's hints are few and fall on the same steps of every tile, they go before its steps instead
+(`tile_start_hints`), so that the steps carry no guard.
 
 Line `h` of an operand is row `h // per_row` (A's rows, B's columns), elements `(h % per_row) * line`
 onwards along K: one line each where K is the contiguous axis, a part of one otherwise. Each hint is
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fast.codegen.ir import LoopKind
 from fast.shape.symbolic import Node, NumNode, Variable, sym_and
 
 
@@ -119,6 +122,33 @@ def next_batch_hints(emitter: Any, batch: Node, panel: Variable, block: Variable
         inside: Node = sym_and([*due, hint < lines])
         guard = emitter.ctx.indexes.both(emitter.ctx.indexes.render_bool(inside), valid)
         b.prefetch(operand.arg.idx, emitter.render(index), guard)
+
+
+#: Next-batch hints per operand that a tile issues at its start at most (`tile_start_hints`): a burst
+#: of more fills the core's miss buffers. On a Sapphire Rapids core (kernels alone, alternated, GFLOP/s
+#: one thread / two), attention's `q @ k.T` (K = 32, 4 hints per operand per tile): hints among the
+#: steps 160-170 / 317-326, at the tile's start 180-193 / 341-370, none 178-182 / 339-354; `p @ v`
+#: (K = 128, 64 per tile) at the tile's start 144 / 279 against 189-196 / 369-376 among the steps.
+TILE_START_HINTS = 4
+
+
+def tile_start_hints(emitter: Any, batch: Node, panel: Variable, block: Variable, every: int) -> bool:
+    """Before a tile's K steps, the next-batch hints due anywhere in the tile, when they fall on fixed
+    steps of every tile (`every` a multiple of K: step 0; `every` dividing K: steps 0, every, ...,
+    in a loop of K / every, at most `TILE_START_HINTS` of them): True when emitted, and then no step
+    issues one. The same lines are hinted, each tile's a few steps earlier; the steps carry no guard
+    and no address arithmetic. False (hints among the steps) otherwise."""
+    k = emitter.k
+    if every % k == 0:
+        next_batch_hints(emitter, batch, panel, block, NumNode(0))
+        return True
+    if k % every or k // every > TILE_START_HINTS:
+        return False
+    count = k // every
+    hint = emitter.loop("hb", emitter.const(0), emitter.const(count), count - 1, LoopKind.REDUCE)
+    next_batch_hints(emitter, batch, panel, block, hint * every)
+    emitter.b.end_loop()
+    return True
 
 
 def _flat(emitter: Any, axes: tuple[int, ...], flat: Node) -> dict[int, Node]:

@@ -44,8 +44,8 @@ from fast.codegen.ir import (
     LinearProgram,
     LoopKind,
     eliminate_dead_code,
-    verify,
 )
+from fast.codegen.ir_verify import verify
 from fast.codegen.lower_lanes import THREAD_VARS, Env, Group, LaneLowering
 from fast.codegen.opt import AxisPlan, plan_kernel
 from fast.codegen.paths import gemm_paths, plan_paths

@@ -13,7 +13,8 @@ import fast
 from fast import BinaryOps, ReduceOps, config, dtypes
 from fast.codegen import lower
 from fast.codegen.fma import FMA_MIN_REUSE, fuse_accumulations
-from fast.codegen.ir import BufferInfo, FusedOps, Instr, IRError, IROps, LinearProgram, LoopKind, verify
+from fast.codegen.ir import BufferInfo, FusedOps, Instr, IRError, IROps, LinearProgram, LoopKind
+from fast.codegen.ir_verify import verify
 from fast.device import Device
 from fast.dtype import DType
 from fast.engine.schedule import lazy_buffers, plan_schedule

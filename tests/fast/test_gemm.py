@@ -438,6 +438,33 @@ def test_hints_sit_where_they_are_due(device: str) -> None:
     _check(np.asarray(context), p, v)
 
 
+@pytest.mark.skipif(not TILES_KNOWN or not OPTIONS.prefetch, reason="this host's renderer has no GEMM tiles or hints")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,m,d", [(6, 128, 32), (3, 37, 32), (2, 128, 31)])
+def test_few_next_batch_hints_go_before_each_tile(device: str, batch: int, m: int, d: int) -> None:
+    """gemm_prefetch `tile_start_hints`, on AVX-512's tiles (32 registers of 16 lanes) whatever the
+    host: `q @ k.T` with K = d = 32 hints the next batch every 8 steps, 4 lines of each operand a tile,
+    so they go in a loop before the tile's steps and no K loop hints B; `p @ v` (K = 128, 64 a tile)
+    keeps them among the steps; K = 31 (the spacing does not divide K) keeps them among the steps.
+    The values agree on the host (M = 37: an edge block of rows)."""
+    rng = np.random.default_rng(batch + m + d)
+    q, k = _random(rng, (batch, m, d)), _random(rng, (batch, m, d))
+    p, v = _random(rng, (batch, m, m)), _random(rng, (batch, m, d))
+    qx, kx, px, vx = (xp.asarray(value, device=device) for value in (q, k, p, v))
+    scores, context = qx @ xp.matrix_transpose(kx), px @ vx
+    b_buffer = 2
+    avx512 = dataclasses.replace(OPTIONS, vector_bytes=64, vector_registers=32)
+    for out, before_tiles in ((scores, d % 8 == 0 and m == 128), (context, False)):
+        items = [item for item in fast.schedule(out.lazy) if item.ast.op.name == "SINK"]
+        program = lower(items[-1].ast, avx512)
+        loops = _micro_kernel_loops(program)
+        in_steps = any(b_buffer in hints for hints in loops)
+        hinted = any(instr.op.name == "PREFETCH" and instr.arg == b_buffer for instr in program.instrs)
+        assert hinted and in_steps == (not before_tiles), (out is scores, batch, m, d)
+    _check(np.asarray(scores), q, np.swapaxes(k, -1, -2))
+    _check(np.asarray(context), p, v)
+
+
 def _tiles(a_shape: tuple[int, ...], b_shape: tuple[int, ...],
            options: fast.renderer.base.RendererOptions) -> gemm.GemmTiles:
     x, y = xp.asarray(np.ones(a_shape, np.float32)), xp.asarray(np.ones(b_shape, np.float32))

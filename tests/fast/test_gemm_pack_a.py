@@ -183,6 +183,7 @@ def test_long_k_keeps_packed_a_within_the_scratch(device: str) -> None:
     k = gemm.SCRATCH_BYTES // (4 * least) + 7  # under the reduce split's 32,768
     a_stored, b = rng.standard_normal((k, m)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     shape, tiles = _shape_and_tiles(xp.matrix_transpose(xp.asarray(a_stored)) @ xp.asarray(b))
-    assert gemm.transposes_a(shape, tiles.lanes) and not gemm.squares_a(shape, tiles.rows, tiles.lanes, shape.sizes[shape.reduce])
+    assert gemm.transposes_a(shape, tiles.lanes)
+    assert not gemm.squares_a(shape, tiles.rows, tiles.lanes, shape.sizes[shape.reduce])
     assert not gemm.packs_a(shape, tiles)
     _same_as_contiguous(device, a_stored, b)

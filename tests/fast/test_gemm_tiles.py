@@ -17,7 +17,8 @@ from kernel_values import empty_kernel_caches
 
 import fast
 from fast import BinaryOps, ReduceOps, config
-from fast.codegen.ir import IROps, TileOps, verify
+from fast.codegen.ir import IROps, TileOps
+from fast.codegen.ir_verify import verify
 from fast.codegen.lower import lower
 from fast.engine.schedule import schedule
 from fast.ops import KernelOps

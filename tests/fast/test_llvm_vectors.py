@@ -21,7 +21,8 @@ from kernel_values import edge_values as shared_edge_values  # noqa: E402
 
 from fast import BinaryOps, TernaryOps, UnaryOps, dtypes  # noqa: E402
 from fast.codegen.builder import IRBuilder  # noqa: E402
-from fast.codegen.ir import BufferInfo, IndexOps, IROps, LinearProgram, LoopKind, verify  # noqa: E402
+from fast.codegen.ir import BufferInfo, IndexOps, IROps, LinearProgram, LoopKind  # noqa: E402
+from fast.codegen.ir_verify import verify  # noqa: E402
 from fast.dtype import DType  # noqa: E402
 from fast.ops import cast_const, exec_alu, float32_to_bfloat16_bits, normalize_const  # noqa: E402
 from fast.renderer.base import CPU_VECTOR_CASTS, CPU_VECTOR_OPS, VECTOR_FLOATS, VECTOR_INTS, cpu_options  # noqa: E402

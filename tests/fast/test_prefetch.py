@@ -15,7 +15,8 @@ import pytest
 
 import fast
 from fast import config
-from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram, verify
+from fast.codegen.ir import IndexOps, Instr, IROps, LinearProgram
+from fast.codegen.ir_verify import verify
 from fast.codegen.prefetch import PREFETCH_MAX_ROW_BYTES
 from fast.renderer.base import RendererOptions, cpu_options
 from fast.renderer.c import CRenderer

@@ -10,7 +10,8 @@ from kernel_values import private_cache, run_program
 
 from fast import dtypes
 from fast.codegen.builder import IRBuilder
-from fast.codegen.ir import BufferInfo, IndexOps, Instr, IRError, IROps, LinearProgram, LoopKind, verify
+from fast.codegen.ir import BufferInfo, IndexOps, Instr, IRError, IROps, LinearProgram, LoopKind
+from fast.codegen.ir_verify import verify
 from fast.dtype import DType
 from fast.renderer.base import CPU_VECTOR_CASTS, CPU_VECTOR_OPS
 from fast.runtime import clang, cpu, llvm

@@ -9,7 +9,8 @@ from kernel_values import private_cache, run_program
 
 from fast import dtypes
 from fast.codegen.builder import IRBuilder
-from fast.codegen.ir import INT64, BufferInfo, Instr, IRError, IROps, LinearProgram, TileOps, verify
+from fast.codegen.ir import INT64, BufferInfo, Instr, IRError, IROps, LinearProgram, TileOps
+from fast.codegen.ir_verify import verify
 from fast.renderer.c import C_DIALECT, render_c
 from fast.renderer.llvmir import LLVMIRRenderer
 from fast.runtime import clang, cpu, llvm

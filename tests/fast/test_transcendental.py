@@ -25,7 +25,8 @@ import pytest
 
 from fast.codegen import sine, transcendental
 from fast.codegen.builder import IRBuilder
-from fast.codegen.ir import BufferInfo, FusedOps, IndexOps, IROps, LinearProgram, LoopKind, verify
+from fast.codegen.ir import BufferInfo, FusedOps, IndexOps, IROps, LinearProgram, LoopKind
+from fast.codegen.ir_verify import verify
 from fast.dtype import DType, dtypes
 from fast.ops import UnaryOps
 from fast.renderer.base import RendererOptions, cpu_options
