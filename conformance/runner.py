@@ -21,7 +21,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -283,12 +283,27 @@ class Worker:
                 state.known.add(state.target)
 
 
+def worker_disk_dir(cfg: GenConfig, index: int) -> GenConfig:
+    """`cfg` with DISK files in a folder of worker `index`'s own. A DISK file's name is a function of
+    a program's draws (strategies/builder.py `disk_device`), so two workers can draw the same name,
+    and with one folder their programs would write the same file at once. Session 19's full profile
+    (seed 11) once read, in a copy from DISK, floats that its program never wrote (int64 [-9, -1, -9,
+    0] came back as -4.5e18, ...); the program alone, eight times, and the same seed's full run again
+    agreed."""
+    if cfg.disk_dir is None:
+        return cfg
+    folder = os.path.join(cfg.disk_dir, f"w{index}")
+    os.makedirs(folder, exist_ok=True)
+    return replace(cfg, disk_dir=folder)
+
+
 def _worker_main(index: int, cfg: GenConfig, candidate: str, examples: int, seed: int, shrink_seconds: float,
                  deadline: float, jobs: int, journal: str, out: Any) -> None:
     def report(done: int, failures: int) -> None:
         out.put(("progress", index, done, failures))
     if cfg.cuda_archs:
         cuda_compile.install(cfg.cuda_archs)
+    cfg = worker_disk_dir(cfg, index)
     worker = Worker(cfg, candidate, shrink_seconds, deadline, report, journal)
     worker.run_directed(directed_programs(cfg)[index::jobs])  # the fixed programs, dealt round-robin
     result = worker.run(examples + worker.state.result.examples, seed * 100 + index)

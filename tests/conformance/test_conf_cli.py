@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from conformance.__main__ import Progress, report
 from conformance.runner import Failure, RunResult
@@ -56,3 +58,18 @@ def test_progress_is_a_bar_in_a_terminal_and_plain_lines_elsewhere() -> None:
     seldom(5, 0)
     seldom.close()
     assert quiet.getvalue().count("\n") == 1  # only the closing line within the hour
+
+
+def test_each_worker_keeps_its_disk_files_in_a_folder_of_its_own(tmp_path: Any) -> None:
+    """Two workers that draw the same DISK file name must not write one file (runner.py
+    `worker_disk_dir`): each gets a folder of its own under the run's; no DISK, no folder."""
+    from conformance.profiles import GenConfig
+    from conformance.runner import worker_disk_dir
+
+    cfg = GenConfig(disk_dir=str(tmp_path))
+    first, second = worker_disk_dir(cfg, 0), worker_disk_dir(cfg, 1)
+    assert first.disk_dir != second.disk_dir
+    for worker in (first, second):
+        assert worker.disk_dir is not None and os.path.isdir(worker.disk_dir)
+        assert os.path.dirname(worker.disk_dir) == str(tmp_path)
+    assert worker_disk_dir(GenConfig(), 0).disk_dir is None
