@@ -69,7 +69,7 @@ def max_drops_nan(fast: ModuleType) -> Undo:
     def helpers(ctype: str) -> str:
         return (f"static inline {ctype} max_{ctype}({ctype} a, {ctype} b) "
                 "{ return a != a ? b : b != b ? a : a > b ? a : b; }\n")
-    return _fresh_kernels(fast, set_attribute(c, "_float_helpers", helpers),
+    return _fresh_kernels(fast, set_attribute(c, "float_max_helper", helpers),
                           set_item(ops._FLOAT_RULES, ops.BinaryOps.MAX, lambda a, b: float(np.fmax(a, b))))
 
 
@@ -113,7 +113,7 @@ def pad_mask_off_by_one(fast: ModuleType) -> Undo:
 def mod_divisor_sign(fast: ModuleType) -> Undo:
     """Signed integer MOD takes the divisor's sign (Python's %), in kernels and when folding."""
     c, ops = _module(fast, "renderer.c"), _module(fast, "ops")
-    original = c._int_helpers
+    original = c.division_helpers
 
     def helpers(dtype: Any) -> str:
         text = original(dtype)
@@ -127,7 +127,7 @@ def mod_divisor_sign(fast: ModuleType) -> Undo:
 
     def fold(a: int, b: int) -> int:
         return a if b == 0 else a % b
-    return _fresh_kernels(fast, set_attribute(c, "_int_helpers", helpers),
+    return _fresh_kernels(fast, set_attribute(c, "division_helpers", helpers),
                           set_item(ops._INT_RULES, ops.BinaryOps.MOD, fold))
 
 

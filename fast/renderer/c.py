@@ -49,6 +49,8 @@ from fast.renderer.c_helpers import (
     INDEX_HELPERS,
     bitcast_helper,
     cast_helper,
+    division_helpers,
+    float_max_helper,
     render_const,
     suffix,
 )
@@ -57,22 +59,6 @@ from fast.renderer.c_vectors import VectorC
 
 __all__ = ["CTYPES", "HALVES", "CDialect", "C_DIALECT", "CRenderer", "check_renderable", "render_c", "render_const"]
 _HELPER_PREFIX = re.compile(r"^static inline ", re.MULTILINE)
-
-def _int_helpers(dtype: DType) -> str:
-    ctype, name = CTYPES[dtype], suffix(dtype)
-    if dtypes.is_unsigned(dtype):
-        div, mod = "b == 0 ? 0 : a / b", "b == 0 ? a : a % b"
-    else:
-        div = f"b == 0 ? 0 : b == -1 ? ({ctype})(0 - (uint64_t)a) : ({ctype})(a / b)"
-        mod = f"b == 0 ? a : b == -1 ? 0 : ({ctype})(a % b)"
-    return (f"static inline {ctype} div_{name}({ctype} a, {ctype} b) {{ return {div}; }}\n"
-            f"static inline {ctype} mod_{name}({ctype} a, {ctype} b) {{ return {mod}; }}\n")
-
-
-def _float_helpers(ctype: str) -> str:
-    return (f"static inline {ctype} max_{ctype}({ctype} a, {ctype} b) "
-            "{ return a != a ? a : b != b ? b : a > b ? a : b; }\n")
-
 
 @dataclass(frozen=True)
 class CDialect:
@@ -166,7 +152,7 @@ class _Kernel:
         if op is TernaryOps.MULACC:
             return f"({ctype})((uint64_t){a[0]} * (uint64_t){a[1]} + (uint64_t){a[2]})"
         if op in (BinaryOps.DIV, BinaryOps.MOD):
-            self.need(f"divmod_{dtype.name}", _int_helpers(dtype))
+            self.need(f"divmod_{dtype.name}", division_helpers(dtype))
             return f"{'div' if op is BinaryOps.DIV else 'mod'}_{suffix(dtype)}({a[0]}, {a[1]})"
         if op is BinaryOps.MAX:
             unsigned = ctype if ctype.startswith("u") else f"u{ctype}"
@@ -196,7 +182,7 @@ class _Kernel:
         elif op is UnaryOps.NEG:
             expr = f"(-{x[0]})"
         elif op is BinaryOps.MAX:
-            expr = f"{self.need(f'max_{ctype}', _float_helpers(ctype))}({x[0]}, {x[1]})"
+            expr = f"{self.need(f'max_{ctype}', float_max_helper(ctype))}({x[0]}, {x[1]})"
         elif op is TernaryOps.MULACC:
             product = self.encode(dtype, f"({x[0]} * {x[1]})")
             expr = f"({self.decode(dtype, product)} + {x[2]})"

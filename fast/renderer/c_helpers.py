@@ -56,6 +56,25 @@ static inline int64_t idx_floormod(int64_t a, int64_t b) { int64_t r = a % b; re
 """
 
 
+def division_helpers(dtype: DType) -> str:
+    """C helpers `div_T` and `mod_T` for integer dtype T: docs/semantics.md's division by 0 (0, and the
+    dividend for MOD) and by -1 (two's complement wrap for the most negative value), no trap."""
+    ctype, name = CTYPES[dtype], suffix(dtype)
+    if dtypes.is_unsigned(dtype):
+        div, mod = "b == 0 ? 0 : a / b", "b == 0 ? a : a % b"
+    else:
+        div = f"b == 0 ? 0 : b == -1 ? ({ctype})(0 - (uint64_t)a) : ({ctype})(a / b)"
+        mod = f"b == 0 ? a : b == -1 ? 0 : ({ctype})(a % b)"
+    return (f"static inline {ctype} div_{name}({ctype} a, {ctype} b) {{ return {div}; }}\n"
+            f"static inline {ctype} mod_{name}({ctype} a, {ctype} b) {{ return {mod}; }}\n")
+
+
+def float_max_helper(ctype: str) -> str:
+    """C helper `max_T` for a float type: NaN if either operand is NaN, else the larger."""
+    return (f"static inline {ctype} max_{ctype}({ctype} a, {ctype} b) "
+            "{ return a != a ? a : b != b ? b : a > b ? a : b; }\n")
+
+
 def suffix(dtype: DType) -> str:
     return dtype.name
 
