@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fast.codegen.gemm import FEW_PANELS
-from fast.codegen.gemm_prefetch import batch_hint_spacing, next_batch_hints, tile_start_hints
+from fast.codegen.gemm_prefetch import next_batch_hints, step_hint_spacing
 from fast.codegen.ir import INT64, LoopKind
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, UnaryOps
@@ -74,9 +74,7 @@ def checked_products(emitter: Any, panel: Variable, block: Variable, accs: list[
     chunk = chunk_steps(e)
     full = e.k // chunk
     batch = e.batch if e.prefetch else None
-    every = batch_hint_spacing(e) if batch is not None else 0
-    if batch is not None and every and tile_start_hints(e, batch, panel, block, every):
-        every = 0  # no step hints
+    every = step_hint_spacing(e, batch, panel, block)
     if full:
         first = e.loop("kc", e.const(0), e.const(full), full - 1, LoopKind.REDUCE)
         check_chunk(e, block, accs, first * chunk, flags[0])
@@ -94,7 +92,7 @@ def checked_products(emitter: Any, panel: Variable, block: Variable, accs: list[
 
 def _step(e: Any, panel: Variable, block: Variable, accs: list[list[int]], columns: list[tuple[int, int]],
           step: Any, batch: Any, every: int) -> None:
-    if batch is not None and every and every % e.k:
+    if batch is not None and every:
         next_batch_hints(e, batch, panel, block, step)
     e.step(panel, block, accs, columns, True, step)
 

@@ -32,13 +32,7 @@ from fast.codegen.gemm import (
 )
 from fast.codegen.gemm_pack import pack_columns
 from fast.codegen.gemm_pack_a import prepare_rows
-from fast.codegen.gemm_prefetch import (
-    batch_hint_spacing,
-    next_batch_hints,
-    spread_hint,
-    spread_steps,
-    tile_start_hints,
-)
+from fast.codegen.gemm_prefetch import next_batch_hints, spread_hint, spread_steps, step_hint_spacing
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, BufferOps, LazyOp, TernaryOps, UnaryOps
@@ -355,13 +349,12 @@ class GemmEmitter:
         guards false inside the loop (LLVM did): `q @ k.T` (K = 32) on CLANG went from 131 to 160-164
         GFLOP/s, and `p @ v` (K = 128) from 118-120 to 137-146 on CLANG, 146-152 on LLVM (Zen 3)."""
         batch = self.batch if self.prefetch else None
-        every = batch_hint_spacing(self) if batch is not None else 0
-        stepped = bool(batch is not None and every and not tile_start_hints(self, batch, panel, block, every))
+        every = step_hint_spacing(self, batch, panel, block)
         spread = spread_steps(self)
         for start, end in ((0, spread), (spread, self.kc)):
             if start < end:
                 step = self.loop("k", self.const(start), self.const(end), self.kc - 1, LoopKind.REDUCE)
-                if stepped and batch is not None:
+                if batch is not None and every:
                     next_batch_hints(self, batch, panel, block, step)
                 if start == 0 and spread:
                     spread_hint(self, block, step)

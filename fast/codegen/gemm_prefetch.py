@@ -157,5 +157,15 @@ def tile_start_hints(emitter: Any, batch: Node, panel: Variable, block: Variable
     return True
 
 
+def step_hint_spacing(emitter: Any, batch: Node | None, panel: Variable, block: Variable) -> int:
+    """A tile's next-batch hints (`batch`: its batch, None without hints): those that go before its
+    steps are emitted here (`tile_start_hints`); returns the spacing of those its steps issue
+    (`next_batch_hints` at every step), 0 when they issue none."""
+    every = batch_hint_spacing(emitter) if batch is not None else 0
+    if batch is None or not every or tile_start_hints(emitter, batch, panel, block, every):
+        return 0
+    return every
+
+
 def _flat(emitter: Any, axes: tuple[int, ...], flat: Node) -> dict[int, Node]:
     return emitter.split(axes, flat) if len(axes) > 1 else {axes[0]: flat}
