@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fast.codegen.gemm import FEW_PANELS
-from fast.codegen.gemm_prefetch import next_batch_hints, step_hint_spacing
+from fast.codegen.gemm_prefetch import hinted_steps, next_batch_hints, step_hint_spacing
 from fast.codegen.ir import INT64, LoopKind
 from fast.dtype import dtypes
 from fast.ops import BinaryOps, UnaryOps
@@ -78,9 +78,8 @@ def checked_products(emitter: Any, panel: Variable, block: Variable, accs: list[
     if full:
         first = e.loop("kc", e.const(0), e.const(full), full - 1, LoopKind.REDUCE)
         check_chunk(e, block, accs, first * chunk, flags[0])
-        inner = e.loop("kk", e.const(0), e.const(chunk), chunk - 1, LoopKind.REDUCE)
-        _step(e, panel, block, accs, columns, first * chunk + inner, batch, every)
-        b.end_loop()
+        hinted_steps(e, batch, panel, block, every, first * chunk, chunk, "kk",
+                     lambda step: e.step(panel, block, accs, columns, True, step))
         b.end_loop()
     if e.k % chunk:
         step = e.loop("kt", e.const(full * chunk), e.const(e.k), e.k - 1, LoopKind.REDUCE)

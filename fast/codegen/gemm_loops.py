@@ -13,6 +13,8 @@ like the order, never depends on the thread count, and no input needs the engine
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fast.codegen import gemm_checked
 from fast.codegen.analyze import node_dtype
 from fast.codegen.fma import FMA_BOUNDS
@@ -32,7 +34,7 @@ from fast.codegen.gemm import (
 )
 from fast.codegen.gemm_pack import pack_columns
 from fast.codegen.gemm_pack_a import prepare_rows
-from fast.codegen.gemm_prefetch import next_batch_hints, spread_hint, spread_steps, step_hint_spacing
+from fast.codegen.gemm_prefetch import hinted_steps, spread_hint, spread_steps, step_hint_spacing
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
 from fast.dtype import DType, dtypes
 from fast.ops import BinaryOps, BufferOps, LazyOp, TernaryOps, UnaryOps
@@ -353,13 +355,17 @@ class GemmEmitter:
         spread = spread_steps(self)
         for start, end in ((0, spread), (spread, self.kc)):
             if start < end:
-                step = self.loop("k", self.const(start), self.const(end), self.kc - 1, LoopKind.REDUCE)
-                if batch is not None and every:
-                    next_batch_hints(self, batch, panel, block, step)
-                if start == 0 and spread:
-                    spread_hint(self, block, step)
-                self.step(panel, block, accs, columns, fuse, step)
-                self.b.end_loop()
+                hinted_steps(self, batch, panel, block, every, start, end - start, "k",
+                             self._spread_step(panel, block, accs, columns, fuse, start == 0 and spread > 0))
+
+    def _spread_step(self, panel: Variable, block: Variable, accs: list[list[int]], columns: list[tuple[int, int]],
+                     fuse: bool, spread: bool) -> Callable[[Node], None]:
+        """Writes one K step, after its spread hint when `spread`."""
+        def emit(step: Node) -> None:
+            if spread:
+                spread_hint(self, block, step)
+            self.step(panel, block, accs, columns, fuse, step)
+        return emit
 
     def step(self, panel: Variable, block: Variable, accs: list[list[int]], columns: list[tuple[int, int]],
              fuse: bool, step: Node) -> None:

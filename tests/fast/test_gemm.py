@@ -443,7 +443,8 @@ def test_hints_sit_where_they_are_due(device: str) -> None:
 def test_few_next_batch_hints_go_before_each_tile(device: str, batch: int, m: int, d: int) -> None:
     """gemm_prefetch `tile_start_hints`, on AVX-512's tiles (32 registers of 16 lanes) whatever the
     host: `q @ k.T` with K = d = 32 hints the next batch every 8 steps, 4 lines of each operand a tile,
-    so they go in a loop before the tile's steps and no K loop hints B; `p @ v` (K = 128, 64 a tile)
+    so they go before the tile's steps, written out one by one (no loop of hints alone: GCC keeps such
+    a loop rolled), and no K loop hints B; `p @ v` (K = 128, 64 a tile)
     keeps them among the steps; K = 31 (the spacing does not divide K) keeps them among the steps.
     The values agree on the host (M = 37: an edge block of rows)."""
     rng = np.random.default_rng(batch + m + d)
@@ -460,8 +461,70 @@ def test_few_next_batch_hints_go_before_each_tile(device: str, batch: int, m: in
         in_steps = any(b_buffer in hints for hints in loops)
         hinted = any(instr.op.name == "PREFETCH" and instr.arg == b_buffer for instr in program.instrs)
         assert hinted and in_steps == (not before_tiles), (out is scores, batch, m, d)
+        assert _hint_only_loops(program) == 0, (out is scores, batch, m, d)
+        if before_tiles:
+            b_hints = sum(instr.op.name == "PREFETCH" and instr.arg == b_buffer for instr in program.instrs)
+            assert b_hints >= 4 and b_hints % 4 == 0, b_hints  # 4 a tile, for each copy of the tile
     _check(np.asarray(scores), q, np.swapaxes(k, -1, -2))
     _check(np.asarray(context), p, v)
+
+
+@pytest.mark.skipif(not TILES_KNOWN or not OPTIONS.prefetch, reason="this host's renderer has no GEMM tiles or hints")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch,m,k,group", [(6, 128, 128, 2), (2, 128, 160, 2), (3, 64, 96, 2), (3, 127, 128, 1)])
+def test_next_batch_hints_lead_groups_of_steps(device: str, batch: int, m: int, k: int, group: int) -> None:
+    """gemm_prefetch `hinted_steps`, on AVX-512's tiles whatever the host: `p @ v` (d = 32) with M =
+    128 or 64 hints the next batch every 2 steps, so its fused K loops run over pairs of steps written
+    out (the FMAs of two steps, 2 x MR rows x 2 vectors), each pair after one hint of B; M = 127 (12-row
+    tiles and an edge block of 7) hints every step, one step a trip. Values agree on the host."""
+    rng = np.random.default_rng(batch + m + k)
+    p, v = _random(rng, (batch, m, k)), _random(rng, (batch, k, 32))
+    context = xp.asarray(p, device=device) @ xp.asarray(v, device=device)
+    avx512 = dataclasses.replace(OPTIONS, vector_bytes=64, vector_registers=32)
+    ast = [item for item in fast.schedule(context.lazy) if item.ast.op.name == "SINK"][-1].ast
+    rows = gemm.choose_tiles(gemm.match(analyze(ast), avx512), avx512).rows  # type: ignore[arg-type]
+    bodies = _fused_loop_bodies(lower(ast, avx512))
+    edge = m % rows
+    assert bodies and all(body in ((group * rows * 2, 1), (group * edge * 2, 1)) for body in bodies), (bodies, rows)
+    _check(np.asarray(context), p, v)
+
+
+def _fused_loop_bodies(program: object, b_buffer: int = 2) -> list[tuple[int, int]]:
+    """Per loop whose own body holds fused multiply-adds: how many, and how many hints of B."""
+    open_loops: list[list[int]] = []
+    found: list[tuple[int, int]] = []
+    for instr in program.instrs:  # type: ignore[attr-defined]
+        name = instr.op.name
+        if name == "LOOP":
+            open_loops.append([0, 0])
+        elif name == "ENDLOOP":
+            fmas, hints = open_loops.pop()
+            if fmas:
+                found.append((fmas, hints))
+        elif open_loops and name == "ALU" and getattr(instr.arg, "name", "") == "FMA":
+            open_loops[-1][0] += 1
+        elif open_loops and name == "PREFETCH" and instr.arg == b_buffer:
+            open_loops[-1][1] += 1
+    return found
+
+
+def _hint_only_loops(program: object) -> int:
+    """How many loops hold, in their own body, PREFETCHes and no LOAD, STORE or nested loop (a loop
+    that only issues hints)."""
+    open_loops: list[set[str]] = []
+    count = 0
+    for instr in program.instrs:  # type: ignore[attr-defined]
+        name = instr.op.name
+        if name == "LOOP":
+            if open_loops:
+                open_loops[-1].add("LOOP")
+            open_loops.append(set())
+        elif name == "ENDLOOP":
+            seen = open_loops.pop()
+            count += "PREFETCH" in seen and not seen & {"LOAD", "STORE", "LOOP"}
+        elif open_loops:
+            open_loops[-1].add(name)
+    return count
 
 
 def _tiles(a_shape: tuple[int, ...], b_shape: tuple[int, ...],
