@@ -61,9 +61,15 @@ def c_flags() -> tuple[str, ...]:
 
 
 #: Outputs at least this large are written with non-temporal stores where the host has them
-#: (codegen/streaming.py): well above any core's private caches; a VM's shared last-level cache is
-#: shared with its neighbours, so it is not counted on.
-STREAM_MIN_BYTES = 8 << 20
+#: (codegen/streaming.py): above the private caches of two cores (2 MiB of L2 each on a Sapphire
+#: Rapids, 512 KiB on Zen 3); a VM's shared last-level cache is shared with its neighbours, so it is
+#: not counted on. 8 MiB until session 20: on its Sapphire Rapids VM, 4 MiB streams the MiniLM
+#: forward's 6 MiB outputs too (the linears', the layer norms', `p @ v`'s, the embedding gather's),
+#: and the forward's kernels (DEBUG=2, fastest of 8, two pairs of runs) took 212.2-212.6 ms against
+#: 218.7-219.0: the 24 384 -> 384 linears 50.2-50.4 against 56.3-56.6, `p @ v` 8.18-8.22 against
+#: 8.60-8.61, `q @ k.T` (its inputs now come from memory) 7.74-7.78 against 7.49-7.51; `take` of
+#: 4,096 rows 0.272-0.280 ms against 0.308-0.321; 1024 x 1024 products within noise.
+STREAM_MIN_BYTES = 4 << 20
 
 
 def _is_x86() -> bool:
