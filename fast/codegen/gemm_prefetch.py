@@ -196,14 +196,15 @@ def hinted_steps(emitter: Any, batch: Node | None, panel: Variable, block: Varia
     integer ports beside the FMAs: attention's `p @ v` in the MiniLM forward (a hint every 2 steps),
     kernel alone, alternated, on a Sapphire Rapids: 2.46-2.64 -> 2.42-2.59 ms one thread, 1.31-1.39
     -> 1.29-1.37 two, CLANG and LLVM alike (session 20)."""
-    hinted = batch is not None and every > 0
+    if batch is None:
+        every = 0
     aligned = not isinstance(start, int) or start % max(every, 1) == 0
-    divides = hinted and not count % every and not emitter.k % every
-    group = every if aligned and divides and every <= HINT_GROUP_MAX else 1
+    divides = 0 < every <= HINT_GROUP_MAX and not count % every and not emitter.k % every
+    group = every if aligned and divides else 1
     loop = emitter.loop(name, emitter.const(0), emitter.const(count // group), count // group - 1, LoopKind.REDUCE)
     for within in range(group):
         step = loop * group + within + start
-        if batch is not None and hinted and within == 0:
+        if batch is not None and every and within == 0:
             next_batch_hints(emitter, batch, panel, block, step)
         emit(step)
     emitter.b.end_loop()
