@@ -150,7 +150,8 @@ def swapped_const_slots(fast: ModuleType) -> Undo:
 def guard_one_bound(fast: ModuleType) -> Undo:
     """The FMA guard checks only `value < bound`: large negative inputs (and -inf) pass, so fused
     products that overflow no longer give the unfused infinities (GEMM tiles, the checks inside
-    the tiles of few panels (codegen/gemm_checked.py) and the engine's scan)."""
+    the tiles of few panels (codegen/gemm_checked.py: the sums of squares add negative values as 0)
+    and the engine's scan)."""
     gemm_loops, guard = _module(fast, "codegen.gemm_loops"), _module(fast, "engine.fma_guard")
     checked, ops = _module(fast, "codegen.gemm_checked"), _module(fast, "ops")
 
@@ -160,6 +161,12 @@ def guard_one_bound(fast: ModuleType) -> Undo:
 
     def square_upper_only(emitter: Any, ok: int, value: int) -> None:
         emitter.b.assign(ok, emitter.b.alu(ops.BinaryOps.MUL, (ok, bounded(emitter, value))))
+
+    def squares_upper_only(emitter: Any, squares: int, value: int) -> None:  # negative values add 0
+        b = emitter.b
+        zero = b.const(0.0, b.dtype(value))
+        kept = b.alu(ops.TernaryOps.WHERE, (b.alu(ops.BinaryOps.CMPLT, (value, zero)), zero, value))
+        b.assign(squares, b.fma(kept, kept, squares))
 
     def upper_only(buffer: Any, dtype: Any) -> bool:
         window = getattr(buffer.handle, "window", None)
@@ -176,6 +183,7 @@ def guard_one_bound(fast: ModuleType) -> Undo:
         guard._CHECKED.update(saved)
     return _fresh_kernels(fast, set_attribute(gemm_loops.GemmEmitter, "bounded", bounded),
                           set_attribute(checked, "and_square_bounded", square_upper_only),
+                          set_attribute(checked, "add_squares", squares_upper_only),
                           set_attribute(guard, "_bounded", upper_only), restore)
 
 

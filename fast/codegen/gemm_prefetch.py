@@ -181,30 +181,41 @@ def _flat(emitter: Any, axes: tuple[int, ...], flat: Node) -> dict[int, Node]:
 HINT_GROUP_MAX = 4
 
 
+def step_group(emitter: Any, batch: Node | None, every: int, start: Node | int, count: int) -> int:
+    """Steps per trip of `hinted_steps`'s loop: `every` where it is at most HINT_GROUP_MAX and divides
+    `count`, K and `start` (a multiple of `count` or an int), else 1 (also without hints)."""
+    if batch is None or not every:
+        return 1
+    aligned = not isinstance(start, int) or start % every == 0
+    divides = every <= HINT_GROUP_MAX and not count % every and not emitter.k % every
+    return every if aligned and divides else 1
+
+
 def hinted_steps(emitter: Any, batch: Node | None, panel: Variable, block: Variable, every: int, start: Node | int,
-                 count: int, name: str, emit: Callable[[Node], None]) -> None:
+                 count: int, name: str, emit: Callable[[Node], None],
+                 lead: Callable[[Variable], None] | None = None) -> None:
     """`count` K steps of a tile from `start` in a REDUCE loop named `name`, each written by
     `emit(step)`, with the next-batch hints due among them (`every` from `step_hint_spacing`; none
-    when `batch` is None or `every` is 0).
+    when `batch` is None or `every` is 0); `lead(trip)`, when given, writes what each trip of the
+    loop does after its hint, before its steps (gemm_checked.py: one vector of the bound check).
 
-    Where `every` is at most HINT_GROUP_MAX and divides `count`, K and `start` (a multiple of `count`
-    or an int), the loop runs over groups of `every` steps written out one by one, the group's hint
-    before its first step: the hint's position is then a multiple of `every`, so no step tests whether
-    a hint is due (the hint keeps its guards that the next batch and the line exist). Otherwise every
-    step tests it. The same steps run in the same order, and the same lines are hinted at the same steps.
-    The guarded form costs a test, a branch and the hint's address arithmetic at each step, on the
-    integer ports beside the FMAs: attention's `p @ v` in the MiniLM forward (a hint every 2 steps),
-    kernel alone, alternated, on a Sapphire Rapids: 2.46-2.64 -> 2.42-2.59 ms one thread, 1.31-1.39
-    -> 1.29-1.37 two, CLANG and LLVM alike (session 20)."""
+    The loop runs over groups of `step_group` steps written out one by one, the group's hint before
+    its first step: the hint's position is then a multiple of `every`, so no step tests whether a
+    hint is due (the hint keeps its guards that the next batch and the line exist). Where the spacing
+    does not allow groups, every step tests it. The same steps run in the same order, and the same
+    lines are hinted at the same steps. The guarded form costs a test, a branch and the hint's
+    address arithmetic at each step, on the integer ports beside the FMAs: attention's `p @ v` in the
+    MiniLM forward (a hint every 2 steps), kernel alone, alternated, on a Sapphire Rapids: 2.46-2.64
+    -> 2.42-2.59 ms one thread, 1.31-1.39 -> 1.29-1.37 two, CLANG and LLVM alike (session 20)."""
     if batch is None:
         every = 0
-    aligned = not isinstance(start, int) or start % max(every, 1) == 0
-    divides = 0 < every <= HINT_GROUP_MAX and not count % every and not emitter.k % every
-    group = every if aligned and divides else 1
+    group = step_group(emitter, batch, every, start, count)
     loop = emitter.loop(name, emitter.const(0), emitter.const(count // group), count // group - 1, LoopKind.REDUCE)
     for within in range(group):
         step = loop * group + within + start
         if batch is not None and every and within == 0:
             next_batch_hints(emitter, batch, panel, block, step)
+        if lead is not None and within == 0:
+            lead(loop)
         emit(step)
     emitter.b.end_loop()

@@ -342,8 +342,14 @@ def test_batched_products_hint_the_next_batch(device: str, batch: int, m: int, k
 
 
 def _transposes_b(out: xp.Array) -> bool:
-    """Whether the GEMM of `out` packs B through the transposing squares (SHUFFLE instructions)."""
-    return any(instr.op.name == "SHUFFLE" for instr in _gemm_program(out).instrs)  # type: ignore[attr-defined]
+    """Whether the GEMM of `out` packs B through the transposing squares (SHUFFLE instructions of
+    values: the bool ones fold the bound flags' lanes, GemmEmitter.all_lanes)."""
+    return any(_value_shuffle(instr) for instr in _gemm_program(out).instrs)  # type: ignore[attr-defined]
+
+
+def _value_shuffle(instr: object) -> bool:
+    """A SHUFFLE of numbers, not of a bool vector (GemmEmitter.all_lanes)."""
+    return instr.op.name == "SHUFFLE" and instr.dtype.scalar() != fast.dtypes.bool  # type: ignore[attr-defined]
 
 
 @pytest.mark.skipif(not TILES_KNOWN, reason="this host's renderer has no vectors for GEMM tiles")
@@ -485,24 +491,30 @@ def test_next_batch_hints_lead_groups_of_steps(device: str, batch: int, m: int, 
     rows = gemm.choose_tiles(gemm.match(analyze(ast), avx512), avx512).rows  # type: ignore[arg-type]
     bodies = _fused_loop_bodies(lower(ast, avx512))
     edge = m % rows
-    assert bodies and all(body in ((group * rows * 2, 1), (group * edge * 2, 1)) for body in bodies), (bodies, rows)
+    assert bodies and all(body[:2] in ((group * rows * 2, 1), (group * edge * 2, 1)) for body in bodies), (bodies, rows)
+    # gemm_checked `lead_check`: where a chunk's 16 steps run in as many trips as its tile has rows
+    # (8 rows, pairs of steps), each trip adds one vector of A's squares; else (12 rows, one step a
+    # trip) the chunk adds them all before its step loop
+    spread = [body[2] for body in bodies if body[0] == group * rows * 2]
+    assert all(squares == (1 if 16 // group == rows else 0) for squares in spread), (bodies, rows)
     _check(np.asarray(context), p, v)
 
 
-def _fused_loop_bodies(program: object, b_buffer: int = 2) -> list[tuple[int, int]]:
-    """Per loop whose own body holds fused multiply-adds: how many, and how many hints of B."""
+def _fused_loop_bodies(program: object, b_buffer: int = 2) -> list[tuple[int, int, int]]:
+    """Per loop whose own body holds fused multiply-adds of the product: how many, how many hints of
+    B, and how many FMAs of a value by itself (gemm_checked's sums of squares)."""
     open_loops: list[list[int]] = []
-    found: list[tuple[int, int]] = []
+    found: list[tuple[int, int, int]] = []
     for instr in program.instrs:  # type: ignore[attr-defined]
         name = instr.op.name
         if name == "LOOP":
-            open_loops.append([0, 0])
+            open_loops.append([0, 0, 0])
         elif name == "ENDLOOP":
-            fmas, hints = open_loops.pop()
+            fmas, hints, squares = open_loops.pop()
             if fmas:
-                found.append((fmas, hints))
+                found.append((fmas, hints, squares))
         elif open_loops and name == "ALU" and getattr(instr.arg, "name", "") == "FMA":
-            open_loops[-1][0] += 1
+            open_loops[-1][2 if instr.srcs[0] == instr.srcs[1] else 0] += 1
         elif open_loops and name == "PREFETCH" and instr.arg == b_buffer:
             open_loops[-1][1] += 1
     return found
@@ -594,7 +606,7 @@ def _shuffles_per_loop(program: object) -> list[int]:
             count = open_loops.pop()
             if count:
                 found.append(count)
-        elif open_loops and instr.op.name == "SHUFFLE":
+        elif open_loops and _value_shuffle(instr):
             open_loops[-1] += 1
     return found
 

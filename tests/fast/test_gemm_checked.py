@@ -162,3 +162,51 @@ def test_bits_do_not_depend_on_threads(device: str) -> None:
     for other in results[1:]:
         np.testing.assert_array_equal(other, results[0])
     _within_tolerance(results[0], x, w, bias)
+
+
+def _context(device: str, p: np.ndarray, v: np.ndarray) -> tuple[bool, np.ndarray]:
+    """(whether the kernel checks p's rows in its tiles, the values of attention's `p @ v`)."""
+    out = xp.asarray(p, device=device) @ xp.asarray(v, device=device)
+    return _checks_in_tiles(_program(out)), np.asarray(out)
+
+
+def _within_product_tolerance(got: np.ndarray, a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> None:
+    """The output rows `rows` (a bool mask of batch x row) of a batched a @ b against a float64
+    reference, with the float sum tolerance of docs/semantics.md."""
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    tolerance = bound * (a.shape[-1] + 2) * float(np.finfo(a.dtype).eps) + 1e-30
+    np.testing.assert_array_less(np.abs(got - exact)[rows], tolerance[rows] + 1e-6)
+
+
+@needs_tiles
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_context_checks_its_tiles_with_sums_of_squares(device: str) -> None:
+    """`p @ v` (d = 32, batched; with AVX-512 one micro-panel checked in its tiles, the squares of p
+    added among the steps: gemm_checked `lead_check`). A NaN in p makes its row NaN, an infinity its
+    row infinite; two products past the largest float32 in one row give NaN (inf + -inf, the
+    specified sum), where fused products would cancel. A tile whose values are all below the bound
+    but whose squares add past the largest float32 (2^62 at one K position of every row: 64 squares
+    of 2^124 in one lane) runs unfused: its values still agree within tolerance. The bits do not
+    depend on the thread count."""
+    rng = np.random.default_rng(26)
+    p = rng.random((3, 128, 128), dtype=np.float32)
+    v = rng.standard_normal((3, 128, 32)).astype(np.float32)
+    p[0, 5, 7] = np.nan
+    p[1, 9, 100], v[1, 100, :] = np.inf, 1.0
+    p[2, 20, 3], p[2, 20, 4], v[2, 3, :], v[2, 4, :] = 3e38, -3e38, 4.0, 4.0
+    p[2, 64:72, 0::16] = np.float32(2.0**62)  # rows 64-71: one tile of 8 rows (or within one of 12)
+    results = []
+    for threads in (1, 2, 3):
+        with config.override(threads=threads, parallel_min_work=1, alloc_poison=True):
+            checks, got = _context(device, p, v)
+            results.append(got)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+    got = results[0]
+    if OPTIONS.lanes(fast.dtypes.float32) == 16:
+        assert checks
+    assert np.isnan(got[0, 5]).all() and np.isposinf(got[1, 9]).all() and np.isnan(got[2, 20]).all()
+    finite = np.ones(got.shape[:2], bool)
+    finite[0, 5] = finite[1, 9] = finite[2, 20] = False
+    _within_product_tolerance(got, np.where(np.isfinite(p), p, 0.0).astype(np.float32), v, finite)

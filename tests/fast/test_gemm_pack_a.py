@@ -40,7 +40,9 @@ def _shape_and_tiles(out: xp.Array) -> tuple[gemm.GemmShape, gemm.GemmTiles]:
 
 
 def _shuffles(out: xp.Array) -> int:
-    return sum(instr.op.name == "SHUFFLE" for instr in lower(_kernel(out), OPTIONS).instrs)  # type: ignore[attr-defined]
+    """SHUFFLEs of numbers (the bool ones fold the bound flags' lanes: GemmEmitter.all_lanes)."""
+    return sum(instr.op.name == "SHUFFLE" and instr.dtype.scalar() != fast.dtypes.bool  # type: ignore[attr-defined]
+               for instr in lower(_kernel(out), OPTIONS).instrs)  # type: ignore[attr-defined]
 
 
 def _wide() -> int:
