@@ -66,6 +66,9 @@ def sym_sum(nodes: Iterable[Node | int]) -> Node:
             continue
         base, coefficient = _coefficient(node)
         coefficients[base] = coefficients.get(base, 0) + coefficient
+    whole = _whole_of_parts(coefficients)
+    if whole is not None:
+        return sym_sum([*(_mul(base, c) for base, c in coefficients.items() if c != 0), whole, NumNode(constant)])
     terms = sorted((_mul(base, c) for base, c in coefficients.items() if c != 0), key=lambda n: n.render())
     if constant != 0 or not terms:
         terms.append(NumNode(constant))
@@ -73,6 +76,21 @@ def sym_sum(nodes: Iterable[Node | int]) -> Node:
 
 
 SIMPLIFY.sym_sum = sym_sum
+
+
+def _whole_of_parts(coefficients: dict[Node, int]) -> Node | None:
+    """``(x // c) * (a*c) + (x % c) * a == x * a`` (floor division and Python modulo, c > 0): when the
+    terms hold such a pair, take it out of ``coefficients`` and return ``x * a``; else None. (An index
+    split into a row and a part and put back together: a cache line of a contiguous operand.)"""
+    for base, a in coefficients.items():
+        if not isinstance(base, ModNode) or not isinstance(base.b, int) or base.b <= 0 or a == 0:
+            continue
+        quotient = next((other for other in coefficients if isinstance(other, DivNode) and other.a == base.a
+                         and other.b == base.b and coefficients[other] == a * base.b), None)
+        if quotient is not None:
+            del coefficients[base], coefficients[quotient]
+            return _mul(base.a, a)
+    return None
 
 
 def sym_and(nodes: Iterable[Node | int]) -> Node:

@@ -60,6 +60,25 @@ def test_div_and_mod_of_split_sums() -> None:
     assert (I * 4 + J * 2) // 8 == (I * 2 + J) // 4
 
 
+def test_a_split_index_put_back_together_is_the_index() -> None:
+    """`_whole_of_parts`: (x // c) * (a*c) + (x % c) * a is x * a (floor division, Python modulo), also
+    for x a sum, for negative values and beside other terms; other coefficients stay split. Checked
+    against Python's integers at every value of the ranges."""
+    negative = Variable("n", -9, 9)
+    cases = [((I // 3) * 48 + (I % 3) * 16, I * 16), ((I % 2) + (I // 2) * 2, I),
+             (((I + J) // 4) * 8 + ((I + J) % 4) * 2 + K + 5, I * 2 + J * 2 + K + 5),
+             ((negative // 4) * 12 + (negative % 4) * 3 + J, negative * 3 + J)]
+    for split, whole in cases:
+        assert split == whole, (split.render(), whole.render())
+    kept = (I // 3) * 47 + (I % 3) * 16
+    assert any(isinstance(term, DivNode) or isinstance(getattr(term, "a", None), DivNode)
+               for term in kept.nodes)  # type: ignore[attr-defined]
+    for i, j, n in itertools.product(range(11), range(4), range(-9, 10)):
+        values = {I: i, J: j, negative: n}
+        assert kept.substitute({v: NumNode(x) for v, x in values.items()}) == (i // 3) * 47 + (i % 3) * 16
+        assert (((negative // 4) * 12 + (negative % 4) * 3).substitute({negative: NumNode(n)})) == n * 3
+
+
 def test_div_mod_by_bounds() -> None:
     assert J // 4 == 0
     assert J % 4 is J
