@@ -19,10 +19,14 @@ values are all below the bound but whose squares add past the largest value (val
 2^60 in float32) run unfused where the pass would fuse them: both are the specified sum within its
 tolerance (docs/semantics.md).
 
-`p @ v` of attention (batched, d = 32: one micro-panel) takes this path too. Alone, two threads of a
-Sapphire Rapids, p in the cache: 1.10 ms with a compare per vector of A (a multiply, a compare and
-an AND on the FMA ports), 1.05-1.06 with the sums of squares spread among the steps, 0.99 with no
-check at all (not a valid kernel: the bound).
+`p @ v` of attention (batched, d = 32: one micro-panel) takes this path too. Its kernel alone on a
+Sapphire Rapids (32 x 12 batches, p in the cache, alternated in one process; session 21), two
+threads / one: 1.10-1.11 / 2.14 ms with a compare per vector of A (a multiply, a compare and an AND
+on the FMA ports, which also carry the FMAs), 1.06-1.07 / 2.05 with a sum of squares per vector
+before each chunk's steps, 1.05 / 2.02 with them spread among the steps, 0.99 / 1.90 with no check
+at all (not a valid kernel: the bound). With the bound flags' lanes folded in halves as well
+(gemm_loops.py `all_lanes`), alternating one thread and two: 1.14-1.15 / 2.12-2.16 ms before this
+session against 1.07-1.08 / 1.98-2.02 (CLANG; LLVM 1.11 / 2.10 against 1.09 / 2.06).
 """
 from __future__ import annotations
 
@@ -142,8 +146,8 @@ def lead_check(emitter: Any, block: Variable, vectors: list[tuple[int, int]], fi
                squares: int) -> Callable[[Variable], None]:
     """`hinted_steps`'s lead: trip t of the chunk's step loop adds vector t of the chunk (row t //
     parts, part t % parts) to the sums of squares, so the check's loads and FMAs spread among the
-    steps rather than wait as a burst before them (`p @ v` alone, Sapphire Rapids, two threads:
-    1.10 ms with the burst of compares, 1.05 spread, 0.99 with no check at all)."""
+    steps rather than wait as a burst before them (module docstring: `p @ v` alone, two threads,
+    1.06-1.07 ms with the sums before the steps, 1.05 spread)."""
     parts = len(vectors) // len({row for row, _ in vectors})
 
     def lead(trip: Variable) -> None:
