@@ -124,18 +124,15 @@ class GemmEmitter:
         return b.alu(BinaryOps.MUL, (below, b.alu(BinaryOps.CMPLT, (b.const(-bound, dtype), value))))
 
     def all_lanes(self, value: int) -> int:
-        """The AND of a bool vector's lanes (a scalar is itself): halves ANDed lane by lane, log2(n)
-        vector ANDs of two SHUFFLEs each, where the renderer has vector bool ops and n is a power of
-        two, then lane 0; else lane by lane. GCC extracts each lane of a mask vector on its own (the
-        16-lane fold per tile of `p @ v` cost it about 2%)."""
-        b, count = self.b, self.b.dtype(value).count
-        if count > 1 and not count & (count - 1) and (BinaryOps.MUL, dtypes.bool) in b.vector_ops:
-            width = count
-            while width > 1:
-                width //= 2
-                low = tuple(lane % width for lane in range(count))
-                high = tuple(lane % width + width for lane in range(count))
-                value = b.alu(BinaryOps.MUL, (b.shuffle(value, value, low), b.shuffle(value, value, high)))
+        """The AND of a bool vector's lanes (a scalar is itself): log2(n) vector ANDs of its halves
+        (two SHUFFLEs each) where the renderer has vector bool ops and n is a power of two, else lane
+        by lane (GCC extracts each lane of a mask on its own: 2% of `p @ v`, session 21)."""
+        b, count, width = self.b, self.b.dtype(value).count, self.b.dtype(value).count
+        while width > 1 and not count & (count - 1) and (BinaryOps.MUL, dtypes.bool) in b.vector_ops:
+            width //= 2
+            halves = [tuple(lane % width + half for lane in range(count)) for half in (0, width)]
+            value = b.alu(BinaryOps.MUL, tuple(b.shuffle(value, value, lanes) for lanes in halves))
+        if width == 1:
             return b.gep(value, 0)
         lanes = [self.b.gep(value, lane) for lane in range(count)]
         while len(lanes) > 1:
