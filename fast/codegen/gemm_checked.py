@@ -115,7 +115,7 @@ def checked_products(emitter: Any, panel: Variable, block: Variable, accs: list[
         vectors = check_vectors(e, len(accs))
         lead = None
         if chunk // step_group(e, batch, every, first * chunk, chunk) == len(vectors):
-            lead = lead_check(e, block, vectors, first * chunk, flags[0])
+            lead = lead_check(e, block, first * chunk, flags[0])
         else:
             for row, part in vectors:
                 add_squares(e, flags[0], chunk_vector(e, block, row, first * chunk + part * e.tiles.lanes))
@@ -142,13 +142,12 @@ def chunk_vector(emitter: Any, block: Variable, row: Node | int, start: Node) ->
     return emitter.ctx.load_leaf(emitter.shape.a, group)
 
 
-def lead_check(emitter: Any, block: Variable, vectors: list[tuple[int, int]], first: Node,
-               squares: int) -> Callable[[Variable], None]:
-    """`hinted_steps`'s lead: trip t of the chunk's step loop adds vector t of the chunk (row t //
-    parts, part t % parts) to the sums of squares, so the check's loads and FMAs spread among the
-    steps rather than wait as a burst before them (module docstring: `p @ v` alone, two threads,
-    1.06-1.07 ms with the sums before the steps, 1.05 spread)."""
-    parts = len(vectors) // len({row for row, _ in vectors})
+def lead_check(emitter: Any, block: Variable, first: Node, squares: int) -> Callable[[Variable], None]:
+    """`hinted_steps`'s lead: trip t of the chunk's step loop adds vector t of the chunk
+    (`check_vectors`' order: row t // parts, part t % parts) to the sums of squares, so the check's
+    loads and FMAs spread among the steps rather than wait as a burst before them (module docstring:
+    `p @ v` alone, two threads, 1.06-1.07 ms with the sums before the steps, 1.05 spread)."""
+    parts = chunk_steps(emitter) // emitter.tiles.lanes
 
     def lead(trip: Variable) -> None:
         add_squares(emitter, squares, chunk_vector(emitter, block, trip // parts,

@@ -127,14 +127,15 @@ class GemmEmitter:
         """The AND of a bool vector's lanes (a scalar is itself): log2(n) vector ANDs of its halves
         (two SHUFFLEs each) where the renderer has vector bool ops and n is a power of two, else lane
         by lane (GCC extracts each lane of a mask on its own: 2% of `p @ v`, session 21)."""
-        b, count, width = self.b, self.b.dtype(value).count, self.b.dtype(value).count
-        while width > 1 and not count & (count - 1) and (BinaryOps.MUL, dtypes.bool) in b.vector_ops:
-            width //= 2
-            halves = [tuple(lane % width + half for lane in range(count)) for half in (0, width)]
-            value = b.alu(BinaryOps.MUL, tuple(b.shuffle(value, value, lanes) for lanes in halves))
-        if width == 1:
+        b, count = self.b, self.b.dtype(value).count
+        if not count & (count - 1) and (BinaryOps.MUL, dtypes.bool) in b.vector_ops:
+            width = count
+            while width > 1:
+                width //= 2
+                halves = [tuple(lane % width + half for lane in range(count)) for half in (0, width)]
+                value = b.alu(BinaryOps.MUL, tuple(b.shuffle(value, value, lanes) for lanes in halves))
             return b.gep(value, 0)
-        lanes = [self.b.gep(value, lane) for lane in range(count)]
+        lanes = [b.gep(value, lane) for lane in range(count)]
         while len(lanes) > 1:
             lanes = [self.b.alu(BinaryOps.MUL, (lanes[i], lanes[i + 1])) for i in range(0, len(lanes) - 1, 2)] \
                 + lanes[len(lanes) - len(lanes) % 2:]
