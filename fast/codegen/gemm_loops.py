@@ -32,7 +32,7 @@ from fast.codegen.gemm import (
     padded_vectors,
     stores_columns_contiguously,
 )
-from fast.codegen.gemm_pack import pack_columns
+from fast.codegen.gemm_pack import pack_columns, reads_b_in_place
 from fast.codegen.gemm_pack_a import prepare_rows
 from fast.codegen.gemm_prefetch import hinted_steps, spread_hint, spread_steps, step_hint_spacing
 from fast.codegen.ir import INT64, BufferInfo, IndexOps, LoopKind
@@ -59,7 +59,9 @@ class GemmEmitter:
         self.k0: Node = NumNode(0)  # the first step of the current chunk (set by `run` when chunked)
         self.chunk: Variable | None = None
         self.partial = LazyOp(BufferOps.LOAD, (), ctx.info.stores[0].arg) if tiles.chunk else None
-        self.packed_b = self.scratch(self.dtype, self.kc * tiles.columns * tiles.panels)
+        # None: B lies as packed B would (gemm_pack.py `reads_b_in_place`), the micro-kernel reads it there
+        self.packed_b: BufferInfo | None = None if reads_b_in_place(shape, tiles) else \
+            self.scratch(self.dtype, self.kc * tiles.columns * tiles.panels)
         self.a_stride = packed_row_stride(self.kc, self.dtype.itemsize, tiles.lanes)
         self.packed_a = self.scratch(self.dtype, self.a_stride * tiles.group_rows) if self.pack_a else None
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels) if fused else None
@@ -381,9 +383,7 @@ class GemmEmitter:
              fuse: bool, step: Node) -> None:
         """One K step of the micro-kernel: every accumulator += (row's element of A) x (its columns of B)."""
         b = self.b
-        base = (self.local_panel(panel) * self.kc + step) * self.tiles.columns
-        packed = [b.load(self.packed_b.idx, self.vector(width), self.render(base + offset))
-                  for offset, width in columns]
+        packed = self.b_columns(panel, step, columns)
         for row, row_accs in enumerate(accs):
             if self.packed_a is not None:
                 scalar = b.load(self.packed_a.idx, self.dtype, self.packed_row_index(block, step, row))
@@ -393,6 +393,18 @@ class GemmEmitter:
                 a = b.broadcast(scalar, width)
                 total = b.fma(a, value, acc) if fuse else b.alu(BinaryOps.ADD, (acc, b.alu(BinaryOps.MUL, (a, value))))
                 b.assign(acc, total)
+
+    def b_columns(self, panel: Variable, step: Node, columns: list[tuple[int, int]]) -> list[int]:
+        """B's values of one K step for the tile's vectors of `columns`: from packed B, or from B
+        itself where it lies as packed B would (no packed B: the same values, the same order)."""
+        if self.packed_b is None:
+            first, k, column = panel * self.tiles.columns, self.k0 + step, self.shape.column
+            lanes = [[{**self.env, column: first + offset + lane, self.shape.reduce: k} for lane in range(width)]
+                     for offset, width in columns]
+            return [int(self.ctx.load_leaf(self.shape.b, group)) for group in lanes]
+        base = (self.local_panel(panel) * self.kc + step) * self.tiles.columns
+        index = self.packed_b.idx
+        return [self.b.load(index, self.vector(width), self.render(base + offset)) for offset, width in columns]
 
     def epilogue(self, group: list[Env], acc: int) -> None:
         """Every STORE of the kernel for these lanes, the reduce's value being the accumulator."""

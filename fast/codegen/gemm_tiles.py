@@ -130,7 +130,8 @@ class TileEmitter(GemmEmitter):
         self.kc, self.k0, self.chunk = tiles.chunk or self.k, NumNode(0), None
         self.partial = LazyOp(BufferOps.LOAD, (), ctx.info.stores[0].arg) if tiles.chunk else None
         self.pairs = self.kc // 2  # 32-bit words of one piece of one row (or of 16 columns' VNNI row)
-        self.packed_b = self.scratch(U32, tiles.panels * 2 * PIECES * self.pairs * HALF)
+        self.pieces_b = self.scratch(U32, tiles.panels * 2 * PIECES * self.pairs * HALF)  # B's pieces, packed
+        self.packed_b = self.pieces_b
         self.a_stride = piece_row_stride(self.pairs)
         self.packed_a = self.scratch(U32, self.a_stride * tiles.group_rows)
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels)
@@ -203,7 +204,7 @@ class TileEmitter(GemmEmitter):
         self.and_bounded(ok, odd)
         for piece, (low, high) in enumerate(zip(self.pieces(even), self.pieces(odd), strict=True)):
             at = self.render(self.b_index(panel, half, piece) + pair * HALF)
-            self.b.store(self.packed_b.idx, at, self.pair(low, high))
+            self.b.store(self.pieces_b.idx, at, self.pair(low, high))
 
     def b_index(self, panel: Variable, half: int, piece: int) -> Node:
         """Where packed B's VNNI rows of this panel's half and piece start."""
@@ -329,7 +330,7 @@ class TileEmitter(GemmEmitter):
             for a_piece, b_piece in PRODUCTS:
                 if b_piece not in loaded:
                     at = self.render(self.b_index(panel, half, b_piece) + step * (STEP // 2) * HALF)
-                    b.tile(TileOps.LOAD, B_TILES[b_piece], self.packed_b.idx, HALF, index=at)
+                    b.tile(TileOps.LOAD, B_TILES[b_piece], self.pieces_b.idx, HALF, index=at)
                     loaded.add(b_piece)
                 b.tile(TileOps.DOT, accumulator, A_TILES[a_piece], B_TILES[b_piece])
         b.end_loop()
