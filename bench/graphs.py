@@ -76,13 +76,9 @@ def layernorm(x: LazyBuffer, eps: float = 1e-5) -> LazyBuffer:
 
 
 def matmul(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:
-    """a @ b as expand-multiply-sum: a as (M, 1, K), b transposed as (1, N, K), SUM over K."""
-    m, k = dims(a)
-    _, n = dims(b)
-    full = (m, n, k)
-    left = a.reshape((m, 1, k)).expand(full)
-    right = b.permute((1, 0)).reshape((1, n, k)).expand(full)
-    return left.e(BinaryOps.MUL, right).r(ReduceOps.SUM, (2,)).reshape((m, n))
+    """a @ b (M, K) @ (K, N): `LazyBuffer.matmul`, the expand-multiply-sum a as (M, 1, K), b
+    transposed as (1, N, K), SUM over K."""
+    return a.matmul(b)
 
 
 def matrix_transpose(x: LazyBuffer) -> LazyBuffer:
@@ -92,14 +88,9 @@ def matrix_transpose(x: LazyBuffer) -> LazyBuffer:
 
 
 def batched_matmul(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:
-    """a (..., M, K) @ b (..., K, N) with equal leading axes, as expand-multiply-sum over K: a as
-    (..., M, 1, K), b transposed as (..., 1, N, K)."""
-    *batch, m, k = dims(a)
-    n = dims(b)[-1]
-    full = (*batch, m, n, k)
-    left = a.reshape((*batch, m, 1, k)).expand(full)
-    right = matrix_transpose(b).reshape((*batch, 1, n, k)).expand(full)
-    return left.e(BinaryOps.MUL, right).r(ReduceOps.SUM, (len(full) - 1,)).reshape((*batch, m, n))
+    """a (..., M, K) @ b (..., K, N): `LazyBuffer.matmul`, the expand-multiply-sum over K of a as
+    (..., M, 1, K) and b transposed as (..., 1, N, K)."""
+    return a.matmul(b)
 
 
 def matmul_bt(a: LazyBuffer, b: LazyBuffer) -> LazyBuffer:

@@ -248,6 +248,13 @@ class LazyBuffer:
             raise IndexError(f"gather: cannot take indices of shape {indices.shape} from axis {axis} of size 0")
         return _node(self.device, shape, self.dtype, GatherOps.GATHER, axis, (self, indices))
 
+    def matmul(self, other: LazyBuffer) -> LazyBuffer:
+        """self (..., M, K) @ other (..., K, N): the expand-multiply-sum of reference/products.py."""
+        if not isinstance(other, LazyBuffer):
+            raise TypeError(f"matmul: expected a LazyBuffer operand, got {type(other).__name__}")
+        from reference import products  # (it builds through this class's methods)
+        return products.matmul(self, other)
+
     def _view(self, name: str, arg: Any) -> LazyBuffer:
         narg, shape = check_movement(name, self.shape, arg)
         identity = {"permute": tuple(range(len(shape))), "stride": (1,) * len(shape)}.get(name, narg)

@@ -14,6 +14,9 @@ Invariants:
   returns unchanged (`x + 0` is `x`) gets the new record without creating a cycle.
 - `lb.const(value, shape)` is recorded as the CONST loadop it makes (no input): constants are cached
   and shared between graphs, and their value depends on lb's dtype, device and shape only.
+- `lb.matmul(other)` is recorded as the calls of its definition (reshape, expand, permute, the
+  multiply, the sum, the reshape that drops the summed axis): the nodes are the same, and a report
+  can name the step of the product that is wrong.
 - Entering patches the classes' current attributes (a test that plants a bug must do so before tracing,
   and undo it after); leaving the outermost trace restores them. Records outlive the trace, held as long
   as the objects they describe (weak keys).
@@ -30,6 +33,7 @@ from typing import Any
 import fast
 from fast import config
 from fast.debug.records import SEQUENCE, Record, neutral
+from fast.graph import checks, products
 from fast.graph.multi import MultiLazyBuffer
 from fast.graph.node import LazyBuffer
 from fast.ops import LoadOps
@@ -144,11 +148,21 @@ def _install() -> None:
         _patch(LazyBuffer, name, "self")
         _patch(MultiLazyBuffer, name, "self")
     _patch(LazyBuffer, "gather", "self")  # (LazyBuffer only: a MultiLazyBuffer has no gather)
+    _SAVED.append((LazyBuffer, "matmul", LazyBuffer.__dict__["matmul"]))
+    LazyBuffer.matmul = _matmul_by_definition  # type: ignore[method-assign]
     _patch(LazyBuffer, "loadop", "LazyBuffer")
     _patch(MultiLazyBuffer, "from_sharded", "MultiLazyBuffer")
     _patch(MultiLazyBuffer, "__init__", "MultiLazyBuffer")
     for name in ("from_numpy", "realize", "to_numpy"):
         _patch(fast, name, "module")
+
+
+def _matmul_by_definition(self: LazyBuffer, other: LazyBuffer) -> LazyBuffer:
+    """`matmul` while tracing: validated as `matmul`, then built by its definition's calls
+    (fast/graph/products.py `composed`: the same nodes), each one recorded, so `reference` replays
+    the expand-multiply-sum and a report names the multiply or the sum that went wrong."""
+    right, batch = checks.check_matmul(self, other, LazyBuffer)
+    return products.composed(self, right, (*batch, self.shape[-2], right.shape[-1], self.shape[-1]))
 
 
 def _uninstall() -> None:

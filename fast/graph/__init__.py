@@ -21,6 +21,8 @@ statement (inside functions and under `if TYPE_CHECKING:` too) and checks these 
    gather.py        gather (an indexed read along one axis: the node `xp.take` builds)
    allreduce.py     naive and ring all-reduce of per-device LazyBuffers (graphs of copies and adds)
 3. multi_checks.py  validation of MultiLazyBuffer arguments and layouts
+   products.py      matmul (the expand-multiply-sum the GEMM lowering recognises; a direct builder
+                    for the common case)
 4. multi.py         MultiLazyBuffer
 5. __init__.py      this module: imports node, operations and multi
 
@@ -39,6 +41,7 @@ How the layers stay one-way:
   entry: the methods do not call the module attribute.)
 """
 from fast.graph import gather as _gather  # noqa: F401  (importing it fills node.OPERATIONS.gather)
+from fast.graph import products as _products  # noqa: F401  (importing it fills node.OPERATIONS.matmul)
 from fast.graph.multi import MultiLazyBuffer
 from fast.graph.node import LazyBuffer
 from fast.graph.operations import from_numpy  # (importing operations also fills node.OPERATIONS)

@@ -327,3 +327,32 @@ def check_gather(x: Operand, indices: object, axis: object, node_type: type[Lazy
         raise IndexError(f"gather: cannot take indices of shape {idx.shape} from axis {axis} of size 0 "
                          f"(shape {x.shape})")
     return idx, axis
+
+
+def check_matmul(a: Operand, other: object, node_type: type[Lazy]) -> tuple[Lazy, tuple[sint, ...]]:
+    """Validate `a.matmul(other)`; returns (other, the result's batch axes). Both operands at least 2-d,
+    on one compute device, of one dtype, a's last size equal to other's second last (K), and the
+    axes before the last two broadcasting as numpy's do (aligned on the right; each pair equal or
+    one of them 1). Sizes given by bound Variables compare by their values."""
+    b = check_lazy("matmul", other, node_type)
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise ValueError(f"matmul: operands must be at least 2-d, got shapes {a.shape} and {b.shape}")
+    if b.device != a.device:
+        raise ValueError(f"matmul: operands live on different devices {a.device} and {b.device}")
+    check_compute_device("matmul", a.device)
+    if b.dtype != a.dtype:
+        raise TypeError(f"matmul: operand dtypes differ: {a.dtype.name} and {b.dtype.name}")
+    if bound_value(a.shape[-1]) != bound_value(b.shape[-2]):
+        raise ValueError(f"matmul: the inner sizes differ: shapes {a.shape} and {b.shape}")
+    left, right = a.shape[:-2], b.shape[:-2]
+    if left == right and all_int(left):  # the common case: the same batch axes
+        return b, left
+    rank = max(len(left), len(right))
+    left, right = (1,) * (rank - len(left)) + left, (1,) * (rank - len(right)) + right
+    batch: list[sint] = []
+    for x, y in zip(left, right, strict=True):
+        vx, vy = bound_value(x), bound_value(y)
+        if vx != vy and vx != 1 and vy != 1:
+            raise ValueError(f"matmul: the batch axes of shapes {a.shape} and {b.shape} do not broadcast")
+        batch.append(y if vx == 1 and vy != 1 else x)
+    return b, tuple(batch)

@@ -72,7 +72,7 @@ class Operations:
     them with validated arguments. (A test planting a bug in one sets the entry, not the function.)"""
 
     __slots__ = ("fold_constants", "double_negation", "reduce", "cast", "bitcast", "contiguous", "copy_to_device",
-                 "assign", "gather")
+                 "assign", "gather", "matmul")
     fold_constants: Callable[[Op, tuple[LazyBuffer, ...], DType], LazyBuffer | None]
     double_negation: Callable[[LazyBuffer], LazyBuffer | None]
     reduce: Callable[[LazyBuffer, ReduceOps, tuple[int, ...]], LazyBuffer]
@@ -82,6 +82,7 @@ class Operations:
     copy_to_device: Callable[[LazyBuffer, str, bool], LazyBuffer]
     assign: Callable[[LazyBuffer, LazyBuffer], LazyBuffer]
     gather: Callable[[LazyBuffer, LazyBuffer, int], LazyBuffer]
+    matmul: Callable[[LazyBuffer, LazyBuffer, tuple[sint, ...]], LazyBuffer]
 
 
 OPERATIONS = Operations()
@@ -291,6 +292,11 @@ class LazyBuffer:
         """x[..., indices[i...], ...] along `axis` (fast/graph/gather.py; docs/semantics.md "Gather")."""
         idx, checked = checks.check_gather(self, indices, axis, LazyBuffer)
         return OPERATIONS.gather(self, idx, checked)
+
+    def matmul(self, other: LazyBuffer) -> LazyBuffer:
+        """self (..., M, K) @ other (..., K, N): the expand-multiply-sum of fast/graph/products.py."""
+        right, batch = checks.check_matmul(self, other, LazyBuffer)
+        return OPERATIONS.matmul(self, right, batch)
 
     # ------------------------------------------------------------ movement (views, never copies)
 

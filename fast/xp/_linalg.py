@@ -1,9 +1,11 @@
 """Linear algebra: matmul, tensordot, vecdot, and the `linalg` extension functions we provide.
 
-`matmul` is the expand-multiply-sum of bench/graphs.py: a as (..., M, 1, K), b transposed as
-(..., 1, N, K), multiplied and summed over K: one reduce, so it fuses with elementwise work
-before it and after it like any reduction. Batch dimensions broadcast; 1-d operands are promoted
-and the added axis removed, as the standard says. Integer products wrap in the promoted dtype.
+`matmul` is the expand-multiply-sum of the backend's `LazyBuffer.matmul` (docs/api.md): a as
+(..., M, 1, K), b transposed as (..., 1, N, K), multiplied and summed over K: one reduce, so it
+fuses with elementwise work before it and after it like any reduction. Batch dimensions
+broadcast; 1-d operands are promoted and the added axis removed, as the standard says. Integer
+products wrap in the promoted dtype. Sharded operands (MultiLazyBuffer) build the same graph op by
+op here.
 """
 from __future__ import annotations
 
@@ -34,12 +36,15 @@ class LinalgMixin(IndexMixin):
             raise ValueError(f"matmul: inner dimensions differ: shapes {a.shape} and {b.shape}")
         batch = broadcast_shapes("matmul", sa[:-2], sb[:-2])
         (m, k), n = sa[-2:], sb[-1]
+        shape = (*batch, *((m,) if a.ndim > 1 else ()), *((n,) if b.ndim > 1 else ()))
+        plain = self._backend.LazyBuffer
+        if type(la) is plain and type(lb) is plain:  # the backend's matmul: the same graph, built faster
+            return self._wrap(la.reshape(sa).matmul(lb.reshape(sb)).reshape(shape))
         full = (*batch, m, n, k)
         left = self._expand(la.reshape((*sa[:-2], m, 1, k)), full)
         right = lb.reshape(sb)
         right = right.permute((*range(len(sb) - 2), len(sb) - 1, len(sb) - 2)).reshape((*sb[:-2], 1, n, k))
         out = self._mul(left, self._expand(right, full)).r(self._backend.Reduce.SUM, (len(full) - 1,))
-        shape = (*batch, *((m,) if a.ndim > 1 else ()), *((n,) if b.ndim > 1 else ()))
         return self._wrap(out.reshape(shape))
 
     def tensordot(self, x1: Any, x2: Any, /, *, axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Array:

@@ -121,7 +121,7 @@ def test_the_layers_are_the_documented_ones() -> None:
         ["checks", "keys", "rules", "versions"],
         ["node"],
         ["allreduce", "gather", "operations"],
-        ["multi_checks"],
+        ["multi_checks", "products"],
         ["multi"],
         [INIT],
     ]
@@ -171,10 +171,11 @@ def test_the_public_names_still_import() -> None:
 
 def test_every_operation_is_in_the_table() -> None:
     """node.OPERATIONS is filled when the package is imported: every entry is the function beside it."""
-    from fast.graph import gather, node, operations
+    from fast.graph import gather, node, operations, products
 
+    homes = {"gather": gather, "matmul": products}
     for name in node.Operations.__slots__:
-        module = gather if name == "gather" else operations
+        module = homes.get(name, operations)
         assert getattr(node.OPERATIONS, name) is getattr(module, name), name
 
 
