@@ -96,6 +96,20 @@ def gemm_column_edge_dropped(fast: ModuleType) -> Undo:
     return _fresh_kernels(fast, set_attribute(emitter, "__init__", init))
 
 
+def gemm_b_in_place_vectors_swapped(fast: ModuleType) -> Undo:
+    """A GEMM that reads B in place (codegen/gemm_pack.py `reads_b_in_place`: a contiguous B of one
+    micro-panel) loads its vectors of columns in reverse order: each output vector sums another
+    vector of B's columns."""
+    emitter = _module(fast, "codegen.gemm_loops").GemmEmitter
+    original = emitter.b_columns
+
+    def b_columns(self: Any, panel: Any, step: Any, columns: list[tuple[int, int]]) -> list[int]:
+        values = original(self, panel, step, columns)
+        same_widths = len({width for _, width in columns}) == 1
+        return values[::-1] if self.packed_b is None and same_widths else values
+    return _fresh_kernels(fast, set_attribute(emitter, "b_columns", b_columns))
+
+
 def gemm_row_edge_dropped(fast: ModuleType) -> Undo:
     """GEMM counts blocks of rows as `M // MR`: the last `M % MR` rows of each batch are never computed."""
     emitter = _module(fast, "codegen.gemm_loops").GemmEmitter

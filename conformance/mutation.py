@@ -83,6 +83,7 @@ OPT_MUTANTS: tuple[Mutant, ...] = (
     Mutant("thread shares drop the remainder", "", mutants_opt.thread_remainder_dropped),
     Mutant("GEMM drops the edge columns", "", mutants_opt.gemm_column_edge_dropped),
     Mutant("GEMM drops the edge rows", "", mutants_opt.gemm_row_edge_dropped),
+    Mutant("GEMM reads B in place with its vectors swapped", "", mutants_opt.gemm_b_in_place_vectors_swapped),
     Mutant("unrolled outputs share accumulators", "", mutants_opt.shared_accumulators),
     Mutant("constant parameters swapped", "", mutants_opt.swapped_const_slots),
     Mutant("FMA guard checks one bound", "", mutants_opt.guard_one_bound),

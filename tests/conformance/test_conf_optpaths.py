@@ -28,6 +28,7 @@ from conformance.strategies.builder import Builder
 
 ROOT = Path(__file__).resolve().parents[2]
 fast = importlib.import_module("fast")
+FLOAT32_LANES = fast.runtime.cpu.renderer_options().lanes(fast.dtypes.float32)
 
 
 @pytest.fixture
@@ -103,6 +104,8 @@ EXPOSED_BY: dict[str, Program] = {
     "thread shares drop the remainder": _pair("ADD", (1021, 1031)),
     "GEMM drops the edge columns": Program(tuple(_matmul(33, 5, 35))),  # N: full micro-panels and an edge
     "GEMM drops the edge rows": Program(tuple(_matmul(37, 16, 16))),
+    # N = NR, B contiguous: read in place (two vectors of this host's float32 lanes)
+    "GEMM reads B in place with its vectors swapped": Program(tuple(_matmul(37, 16, 2 * FLOAT32_LANES))),
     "unrolled outputs share accumulators": Program(tuple(_matmul(8, 16, 8))),
     "constant parameters swapped": _structure_twice(),
     "FMA guard checks one bound": _guard_matmul(),
