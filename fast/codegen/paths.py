@@ -14,7 +14,8 @@ Names (each present when the kernel has the property):
 - `reduce-unrolled`: the innermost reduce axis is fully unrolled (no loop);
 - `multi-reduce`: several reduces in one kernel; `row-kernel`: the STOREs walk the reduced axes again;
 - `gemm` (codegen/gemm.py), with `gemm-row-edge` / `gemm-column-edge` when M / N is not a multiple
-  of the register tile and `gemm-no-edge` when both are, `gemm-pack-a`, `gemm-batched`, `gemm-fma`,
+  of the register tile and `gemm-no-edge` when both are, `gemm-pack-a`, `gemm-b-in-place` (B read
+  where it is: codegen/gemm_pack.py `reads_b_in_place`), `gemm-batched`, `gemm-fma`,
   `gemm-tiles` (on AMX tiles, codegen/gemm_tiles.py: no edges, A packed as pieces, never `gemm-fma`)
   (tiles may add with fused multiply-adds, decided per tile at run time);
 - `fma`: accumulations fused (codegen/fma.py; the engine's guard may still run the unfused kernel);
@@ -28,6 +29,7 @@ from __future__ import annotations
 from fast.codegen import gemm_checked, gemm_tiles
 from fast.codegen.analyze import KernelInfo
 from fast.codegen.gemm import choose_tiles, match, packs_a
+from fast.codegen.gemm_pack import reads_b_in_place
 from fast.codegen.ir import TILE_ROWS
 from fast.codegen.opt import KernelPlan
 from fast.renderer.base import RendererOptions
@@ -81,6 +83,8 @@ def gemm_paths(info: KernelInfo, options: RendererOptions, fused: bool) -> tuple
         names.add("gemm-pack-a")
     if gemm_checked.applies(fused, packed_a, panels, bool(shape.batch)):
         names.add("gemm-checked-tiles")
+    if reads_b_in_place(shape, tiles):
+        names.add("gemm-b-in-place")
     if shape.batch:
         names.add("gemm-batched")
     if fused:

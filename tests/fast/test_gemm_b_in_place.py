@@ -67,7 +67,8 @@ def test_which_layouts_are_read_in_place() -> None:
 @needs_tiles
 def test_a_kernel_reading_b_in_place_has_no_packed_b() -> None:
     """The same product with B contiguous and with B a view of a wider array: the first kernel has one
-    float scratch fewer (packed B, K x NR values) and the same flags."""
+    float scratch fewer (packed B, K x NR values) and the same flags, and its paths record
+    `gemm-b-in-place` (fast/codegen/paths.py, read by conformance's coverage)."""
     nr = _columns()
     a = xp.asarray(np.ones((2, 37, 45), np.float32))
     contiguous = lower(_kernel_ast(a @ xp.asarray(np.ones((2, 45, nr), np.float32))), OPTIONS)  # type: ignore[arg-type]
@@ -81,6 +82,7 @@ def test_a_kernel_reading_b_in_place_has_no_packed_b() -> None:
 
     assert 45 * nr in floats(view) and 45 * nr not in floats(contiguous)
     assert len(floats(view)) == len(floats(contiguous)) + 1 and flags(view) == flags(contiguous)
+    assert "gemm-b-in-place" in contiguous.paths and "gemm-b-in-place" not in view.paths  # type: ignore[attr-defined]
 
 
 def _both(device: str, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
