@@ -135,6 +135,7 @@ class LoweringContext(Protocol):
     info: KernelInfo
     parallel: bool
     prefetch: bool  # the renderer renders PREFETCH hints (and optimizations are on)
+    lanes_by_halves: bool  # RendererOptions.lanes_by_halves
     thread_vars: tuple[int, int] | None
 
     def load_leaf(self, node: LazyOp, group: list[Env], also: int | None = None) -> int: ...

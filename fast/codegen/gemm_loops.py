@@ -127,10 +127,11 @@ class GemmEmitter:
 
     def all_lanes(self, value: int) -> int:
         """The AND of a bool vector's lanes (a scalar is itself): log2(n) vector ANDs of its halves
-        (two SHUFFLEs each) where the renderer has vector bool ops and n is a power of two, else lane
-        by lane (GCC extracts each lane of a mask on its own: 2% of `p @ v`, session 21)."""
+        (two SHUFFLEs each) where the renderer asks for them (`RendererOptions.lanes_by_halves`: GCC
+        extracts each lane of a mask on its own, 2% of `p @ v`, session 21), has vector bool ops and
+        n is a power of two; else lane by lane (which LLVM turns into one mask test)."""
         b, count = self.b, self.b.dtype(value).count
-        if not count & (count - 1) and (BinaryOps.MUL, dtypes.bool) in b.vector_ops:
+        if self.ctx.lanes_by_halves and not count & (count - 1) and (BinaryOps.MUL, dtypes.bool) in b.vector_ops:
             width = count
             while width > 1:
                 width //= 2

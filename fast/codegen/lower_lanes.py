@@ -40,6 +40,7 @@ class LaneLowering:
     def __init__(self, info: KernelInfo, plan: KernelPlan, options: RendererOptions, parallel: bool) -> None:
         self.info, self.plan, self.options, self.parallel = info, plan, options, parallel
         self.prefetch = options.prefetch and not config.get().noopt  # codegen/gemm_loops.py reads it
+        self.lanes_by_halves = options.lanes_by_halves  # (gemm_loops.py `all_lanes`)
         self.builder = IRBuilder(options.vector_ops, options.vector_casts)
         self.var_refs: dict[Variable, int] = {}
         self.indexes = IndexRenderer(self.builder, self.var_refs)

@@ -70,6 +70,12 @@ class RendererOptions:
     - `matrix_tiles`: the host has x86 AMX tiles with bfloat16 products (AMX-TILE, AMX-BF16), the
       process may use them, and the renderer writes `IROps.TILE`: float32 GEMMs may then run on
       tiles (codegen/gemm_tiles.py).
+    - `lanes_by_halves`: the AND of a bool vector's lanes (a GEMM tile's bound flag) is written as
+      log2(n) ANDs of shuffled halves rather than lane by lane (codegen/gemm_loops.py `all_lanes`):
+      the better form depends on the compiler behind the renderer. GCC extracts each lane of a mask
+      on its own (2% of `p @ v` lane by lane, session 21); LLVM turns the lane-by-lane AND into one
+      mask test and the halves into mask-to-vector round trips (`p @ v` 1,047-1,060 us by halves,
+      1,005-1,021 lane by lane, session 22).
     """
 
     vector_bytes: int = 0
@@ -88,6 +94,7 @@ class RendererOptions:
     gemm: bool = False
     cache_bytes: int = 1 << 20
     matrix_tiles: bool = False
+    lanes_by_halves: bool = False
 
     @property
     def supports_vectors(self) -> bool:

@@ -213,9 +213,10 @@ def compiles_tiles() -> bool:
 
 
 def renderer_options() -> RendererOptions:
-    """The host's CPU renderer options, with matrix tiles only where the C compiler builds them."""
+    """The host's CPU renderer options, with matrix tiles only where the C compiler builds them, and
+    bool lanes ANDed by halves (`RendererOptions.lanes_by_halves`: what GCC compiles best)."""
     options = cpu.renderer_options()
-    return dataclasses.replace(options, matrix_tiles=options.matrix_tiles and compiles_tiles())
+    return dataclasses.replace(options, matrix_tiles=options.matrix_tiles and compiles_tiles(), lanes_by_halves=True)
 
 
 _ALLOCATOR = HostAllocator()

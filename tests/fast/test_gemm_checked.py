@@ -210,3 +210,25 @@ def test_attention_context_checks_its_tiles_with_sums_of_squares(device: str) ->
     finite = np.ones(got.shape[:2], bool)
     finite[0, 5] = finite[1, 9] = finite[2, 20] = False
     _within_product_tolerance(got, np.where(np.isfinite(p), p, 0.0).astype(np.float32), v, finite)
+
+
+@needs_tiles
+def test_bool_lanes_fold_as_the_renderer_asks() -> None:
+    """`RendererOptions.lanes_by_halves`: a tile's bound flag ANDs its lanes by shuffled halves where
+    the renderer asks (CLANG: what GCC compiles best), lane by lane elsewhere (LLVM, which makes one
+    mask test of it); CLANG and LLVM give the same bits."""
+    from fast.runtime import clang, llvm
+
+    assert clang.renderer_options().lanes_by_halves and not llvm._RENDERER.options.lanes_by_halves
+    rng = np.random.default_rng(22)
+    p, v = rng.random((2, 128, 128), dtype=np.float32), rng.standard_normal((2, 128, 32)).astype(np.float32)
+    ast = [item for item in fast.schedule((xp.asarray(p) @ xp.asarray(v)).lazy) if item.ast.op.name == "SINK"][-1].ast
+
+    def bool_shuffles(halves: bool) -> int:
+        program = lower(ast, dataclasses.replace(OPTIONS, lanes_by_halves=halves))
+        return sum(instr.op.name == "SHUFFLE" and instr.dtype.scalar() == fast.dtypes.bool
+                   for instr in program.instrs)  # type: ignore[attr-defined]
+
+    assert bool_shuffles(True) > 0 and bool_shuffles(False) == 0
+    results = [np.asarray(xp.asarray(p, device=device) @ xp.asarray(v, device=device)) for device in DEVICES]
+    np.testing.assert_array_equal(results[0], results[1])
