@@ -307,8 +307,8 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
     steps left over, N = 64 with no edge micro-panel; K of 67 and 80 with 131 and 260 columns pack A, and
     `a.T @ b` packs it in squares; K of 1024 runs in chunks; sizes that run on AMX tiles, and a tile product
     with +-3e38 in both operands, whose tiles fall back to the unfused loop), through flipped and padded
-    views, with a bias and ReLU after; and attention's batched products on a head-split view: `q @ q.T` over (batch,
-    heads) and `p @ v`."""
+    views, with a bias and ReLU after; attention's batched products on a head-split view: `q @ q.T` over (batch,
+    heads) and `p @ v`; and batched products whose contiguous B of 16 or 32 columns is read in place."""
     out = []
     sizes = ((33, 5, 31), (37, 129, 17), (47, 4, 33), (97, 16, 65), (41, 47, 64),
              # long M (32 full tiles or more: gemm.LONG_M_BLOCKS): the full tile with an edge block
@@ -333,7 +333,16 @@ def matmul_layouts(cfg: GenConfig) -> list[Program]:
         out.append(Program(tuple(_matmul_steps(_with_extremes("float32", (64, 64), dev, 3e38),
                                                _with_extremes("float32", (64, 64), dev, 3e38)))))
         out.append(_attention(dev))
+        out += [_batched_product(dev, 3, 37, 129, n, 95 + n) for n in (16, 32)]
     return out
+
+
+def _batched_product(dev: str, batch: int, m: int, k: int, n: int, seed: int) -> Program:
+    """A batched `a @ b` with B contiguous: with N one micro-panel of two vectors (16 columns with
+    AVX2, 32 with AVX-512) the GEMM reads B where it is (codegen/gemm_pack.py `reads_b_in_place`)."""
+    steps: list[Step] = [_random("float32", (batch, m, k), seed, dev), _random("float32", (batch, k, n), seed + 1, dev)]
+    out = _product_steps(steps, 0, 1, (batch,), m, k, n)
+    return Program(tuple([*steps, Fetch(out)]))
 
 
 def _attention(dev: str, batch: int = 2, tokens: int = 33, heads: int = 3, size: int = 8) -> Program:
