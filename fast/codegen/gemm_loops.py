@@ -399,13 +399,18 @@ class GemmEmitter:
         """B's values of one K step for the tile's vectors of `columns`: from packed B, or from B
         itself where it lies as packed B would (no packed B: the same values, the same order)."""
         if self.packed_b is None:
-            first, k, column = panel * self.tiles.columns, self.k0 + step, self.shape.column
-            lanes = [[{**self.env, column: first + offset + lane, self.shape.reduce: k} for lane in range(width)]
-                     for offset, width in columns]
-            return [int(self.ctx.load_leaf(self.shape.b, group)) for group in lanes]
+            return self.b_as_stored(panel * self.tiles.columns, self.k0 + step, columns)
         base = (self.local_panel(panel) * self.kc + step) * self.tiles.columns
         index = self.packed_b.idx
         return [self.b.load(index, self.vector(width), self.render(base + offset)) for offset, width in columns]
+
+    def b_as_stored(self, first: Node, k: Node, columns: list[tuple[int, int]]) -> list[int]:
+        """B's values at step `k` for the vectors of `columns` (offset, width) from column `first`,
+        read from B itself."""
+        column, reduce = self.shape.column, self.shape.reduce
+        groups = [[{**self.env, column: first + offset + lane, reduce: k} for lane in range(width)]
+                  for offset, width in columns]
+        return [int(self.ctx.load_leaf(self.shape.b, group)) for group in groups]
 
     def epilogue(self, group: list[Env], acc: int) -> None:
         """Every STORE of the kernel for these lanes, the reduce's value being the accumulator."""

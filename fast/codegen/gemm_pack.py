@@ -57,6 +57,8 @@ def pack_columns(emitter: Any) -> None:
     (when fused): full micro-panels in squares when B is stored along K (`transposes`), the rest step
     by step."""
     e = emitter
+    if e.packed_b is None and not e.fused:  # B read in place and no flag to compute: no pass at all
+        return
     squares = transposes(e.shape, e.tiles)
     for edge in (False, True) if e.n % e.tiles.columns else (False,):
         panel = e.loop("pack", *e.panel_range(edge), e.all_panels - 1)

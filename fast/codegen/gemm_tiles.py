@@ -131,7 +131,6 @@ class TileEmitter(GemmEmitter):
         self.partial = LazyOp(BufferOps.LOAD, (), ctx.info.stores[0].arg) if tiles.chunk else None
         self.pairs = self.kc // 2  # 32-bit words of one piece of one row (or of 16 columns' VNNI row)
         self.pieces_b = self.scratch(U32, tiles.panels * 2 * PIECES * self.pairs * HALF)  # B's pieces, packed
-        self.packed_b = self.pieces_b
         self.a_stride = piece_row_stride(self.pairs)
         self.packed_a = self.scratch(U32, self.a_stride * tiles.group_rows)
         self.panel_ok = self.scratch(dtypes.bool, tiles.panels)
@@ -347,9 +346,7 @@ class TileEmitter(GemmEmitter):
                     b.assign(acc, b.load(self.tile.idx, self.vector(width), self.const(row * COLUMNS + offset)))  # type: ignore[union-attr]
         step = self.loop("uk", self.const(0), self.const(self.kc), self.kc - 1, LoopKind.REDUCE)
         k = self.k0 + step
-        columns = [self.ctx.load_leaf(self.shape.b, [{**self.env, self.shape.column: panel * COLUMNS + offset + lane,
-                                                      self.shape.reduce: k} for lane in range(width)])
-                   for offset, width in stored]
+        columns = self.b_as_stored(panel * COLUMNS, k, stored)
         for row, row_accs in enumerate(accs):
             scalar = self.ctx.load_leaf(self.shape.a, [self.rows_env(block, row, k)])
             for acc, value, (_, width) in zip(row_accs, columns, stored, strict=True):

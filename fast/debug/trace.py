@@ -162,7 +162,7 @@ def _matmul_by_definition(self: LazyBuffer, other: LazyBuffer) -> LazyBuffer:
     (fast/graph/products.py `composed`: the same nodes), each one recorded, so `reference` replays
     the expand-multiply-sum and a report names the multiply or the sum that went wrong."""
     right, batch = checks.check_matmul(self, other, LazyBuffer)
-    return products.composed(self, right, (*batch, self.shape[-2], right.shape[-1], self.shape[-1]))
+    return products.composed(self, right, products.full_shape(self, right, batch))
 
 
 def _uninstall() -> None:

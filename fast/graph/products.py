@@ -31,14 +31,19 @@ from fast.shape.symbolic import sint
 
 def matmul(a: LazyBuffer, b: LazyBuffer, batch: tuple[sint, ...]) -> LazyBuffer:
     """a @ b for validated operands (checks.check_matmul), `batch` the result's batch axes."""
-    k = a.shape[-1]
-    full = (*batch, a.shape[-2], b.shape[-1], k)
+    full = full_shape(a, b, batch)
+    k = full[-1]
     if type(k) is int and k > 1 and _plain(a) and _plain(b) and 0 not in full:
         return direct(a, b, full)  # type: ignore[arg-type]
     return composed(a, b, full)
 
 
 OPERATIONS.matmul = matmul
+
+
+def full_shape(a: LazyBuffer, b: LazyBuffer, batch: tuple[sint, ...]) -> tuple[sint, ...]:
+    """(*batch, M, N, K): the shape the operands are expanded to."""
+    return (*batch, a.shape[-2], b.shape[-1], a.shape[-1])
 
 
 def _plain(x: LazyBuffer) -> bool:

@@ -17,6 +17,7 @@ from fast.codegen.analyze import analyze
 from fast.codegen.gemm_pack import reads_b_in_place
 from fast.codegen.lower import lower
 from fast.runtime import cpu
+from tests.fast.test_gemm import _check
 
 DEVICES = ["CLANG", "LLVM"]
 OPTIONS = dataclasses.replace(cpu.renderer_options(), matrix_tiles=False)  # the FMA micro-kernel's lowering
@@ -108,9 +109,7 @@ def test_the_bits_of_the_packed_product(device: str, batch: int, m: int, k: int)
     a, b = rng.standard_normal((batch, m, k)).astype(np.float32), rng.standard_normal((batch, k, nr)).astype(np.float32)
     got, packed = _both(device, a, b)
     np.testing.assert_array_equal(got, packed)
-    exact = a.astype(np.float64) @ b.astype(np.float64)
-    bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
-    np.testing.assert_array_less(np.abs(got - exact), bound * (k + 2) * float(np.finfo(np.float32).eps) + 1e-6)
+    _check(got, a, b)
 
 
 @needs_tiles
@@ -136,3 +135,22 @@ def test_b_past_the_bound_nan_and_infinity(device: str) -> None:
     for step in range(129):
         unfused = unfused + a[0, :, step:step + 1] * b[0, step]
     np.testing.assert_array_equal(got[0], unfused)
+
+
+@needs_tiles
+def test_without_fma_nothing_passes_over_b() -> None:
+    """Where products are not fused (no FMA on the host) there is no flag to compute: a B read in
+    place then has no pass (the two loops of the packed path's copy are gone, not left empty) and
+    the kernel no scratch at all, where the packed path keeps its copy."""
+    nr = _columns()
+    unfused = dataclasses.replace(OPTIONS, fused_multiply_add=False)
+    a = xp.asarray(np.ones((2, 37, 45), np.float32))
+    contiguous = lower(_kernel_ast(a @ xp.asarray(np.ones((2, 45, nr), np.float32))), unfused)  # type: ignore[arg-type]
+    view = lower(_kernel_ast(a @ xp.asarray(np.ones((2, 45, 2 * nr), np.float32))[..., :nr]), unfused)  # type: ignore[arg-type]
+    assert "gemm-b-in-place" in contiguous.paths and not contiguous.scratch  # type: ignore[attr-defined]
+    assert [array.size for array in view.scratch] == [45 * nr]  # type: ignore[attr-defined]
+
+    def loops(program: object) -> int:
+        return sum(instr.op.name == "LOOP" for instr in program.instrs)  # type: ignore[attr-defined]
+
+    assert loops(contiguous) == loops(view) - 2
